@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make serve` and `make test`. Each bootstraps .venv.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+# Dev/CI pin torch to the CPU build on this machine's disk (requirements-dev.txt);
+# the package itself keeps torch>=2.6 open for users.
+SERVE_STAMP := $(VENV)/.serve-installed
+DEV_STAMP   := $(VENV)/.dev-installed
+PYTEST_ARGS ?=
+
+.PHONY: serve test browser-deps bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q -e '.[train,dev]'
+	touch $(SERVE_STAMP) $@
+
+serve: $(SERVE_STAMP)
+	$(BIN)/uvicorn service.app:app --host $(HOST) --port $(PORT)
+
+# Debian's chromium for the real-browser test (Playwright drives it; no browser download).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing: sudo apt-get install chromium (needed by tests/test_browser.py)"; fi; }
+
+test: $(DEV_STAMP) browser-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(DEV_STAMP)
+	$(BIN)/python benchmarks/validate_speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

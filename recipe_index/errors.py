@@ -1,0 +1,51 @@
+"""Errors of the index lookups. Each message names what was asked, why it failed and what to do."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither bundled, nor a local config.json, nor reachable on the hub."""
+
+    def __init__(self, name: str, suggestions: Sequence[str] = (), reason: str = ""):
+        self.name = name
+        self.suggestions = list(suggestions)
+        self.reason = reason
+        hint = f" Closest bundled ids: {', '.join(self.suggestions)}." if self.suggestions else ""
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"unknown model {name!r}{why}.{hint} Pass a bundled id (`recipe-advisor models`), "
+            "a path to a config.json or its folder, or a Hugging Face repo id with network access "
+            "(or a warm Hugging Face cache when HF_HUB_OFFLINE=1)."
+        )
+
+
+class ModelConfigError(ValueError):
+    """A config.json that exists but cannot describe a model (missing sizes, not JSON)."""
+
+    def __init__(self, source: str, problem: str):
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")
+
+
+class UnknownHardwareError(ValueError):
+    """A GPU type that has no hardware card."""
+
+    def __init__(self, name: str, known: Sequence[str] = (), suggestions: Sequence[str] = ()):
+        self.name = name
+        self.known = list(known)
+        self.suggestions = list(suggestions)
+        near = f" Did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(f"unknown GPU type {name!r}.{near} Known: {', '.join(self.known)}.")
+
+
+class UnknownRecipeError(ValueError):
+    """A recipe name that is not in the bundled index."""
+
+    def __init__(self, name: str, suggestions: Sequence[str] = ()):
+        self.name = name
+        self.suggestions = list(suggestions)
+        near = f" Closest: {', '.join(self.suggestions)}." if self.suggestions else ""
+        super().__init__(f"unknown recipe {name!r}.{near} List them with `recipe-advisor recipes`.")

@@ -1,0 +1,146 @@
+"""Model lookup: bundled cards, local config.json files, then the Hugging Face Hub.
+
+Resolution order (DESIGN.md): a bundled id or alias (case-insensitive, ``-`` and ``_``
+alike, so the Megatron ``model`` key ``llama3_8b`` finds ``llama3-8b``), then a local
+``config.json`` path or a folder holding one, then ``hf_hub_download(repo, "config.json")``,
+which honours the Hugging Face cache and ``HF_HUB_OFFLINE``. huggingface_hub is imported
+only on that last step, so bundled lookups stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import ValidationError
+
+from recipe_index._hf_names import missing_core_fields, normalise_hf_config
+from recipe_index.cards import ModelCard
+from recipe_index.errors import ModelConfigError, UnknownModelError
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config.json is a few KiB; refuse anything absurd
+
+
+def _lookup_key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+@lru_cache(maxsize=1)
+def _bundled() -> tuple[tuple[ModelCard, ...], dict[str, ModelCard]]:
+    cards: list[ModelCard] = []
+    index: dict[str, ModelCard] = {}
+    for path in sorted(MODELS_DIR.glob("*.json")):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        card = card_from_config(raw, raw.get("advisor_id") or path.stem, source=str(path))
+        cards.append(card)
+        for key in (card.id, card.hf_id, *card.aliases):
+            if key:
+                # First file wins on a clash; test_index_models asserts there are none.
+                index.setdefault(_lookup_key(key), card)
+    return tuple(cards), index
+
+
+def list_models() -> list[ModelCard]:
+    """Every bundled model card, sorted by id."""
+    return sorted(_bundled()[0], key=lambda c: c.id)
+
+
+def find_bundled_model(name: str) -> Optional[ModelCard]:
+    """The bundled card for an id, alias, Megatron model key or HF id; None when not bundled."""
+    if not name:
+        return None
+    return _bundled()[1].get(_lookup_key(name))
+
+
+def model_suggestions(name: str, n: int = 5) -> list[str]:
+    """Bundled ids closest to ``name`` (difflib over ids and aliases, reported as ids)."""
+    index = _bundled()[1]
+    close = difflib.get_close_matches(_lookup_key(name), list(index), n=n * 3, cutoff=0.5)
+    ids: list[str] = []
+    for key in close:
+        card_id = index[key].id
+        if card_id not in ids:
+            ids.append(card_id)
+    return ids[:n]
+
+
+def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None) -> ModelCard:
+    """A ModelCard from a parsed config.json; ModelConfigError names what is missing."""
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(source, f"top level is {type(cfg).__name__}, expected a JSON object")
+    fields = normalise_hf_config(cfg, id, hf_id=hf_id)
+    missing = missing_core_fields(fields)
+    if missing:
+        raise ModelConfigError(
+            source,
+            f"missing {', '.join(missing)}; a causal language model config.json must give them "
+            "(for a vision-language model, under text_config)",
+        )
+    try:
+        return ModelCard.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ModelConfigError(source, f"{where}: {first['msg']}") from None
+
+
+def _read_config(path: Path) -> Any:
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelConfigError(str(path), f"larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelConfigError(str(path), "not UTF-8 text; expected a JSON config.json") from None
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(str(path), f"line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})") from None
+
+
+def _local_config_path(name: str) -> Optional[Path]:
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir():
+        candidate = path / "config.json"
+        if candidate.is_file():
+            return candidate
+        raise ModelConfigError(str(path), "folder has no config.json; point at a Hugging Face model folder")
+    return None
+
+
+def _from_hub(repo_id: str) -> ModelCard:
+    # Imported here: serving a bundled model must not pay for huggingface_hub's import.
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = hf_hub_download(repo_id, "config.json")
+    except Exception as exc:  # offline, not cached, gated, missing: all mean "not resolvable"
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}"
+        raise UnknownModelError(repo_id, model_suggestions(repo_id), reason=reason) from None
+    return card_from_config(_read_config(Path(path)), repo_id, source=f"{repo_id}/config.json", hf_id=repo_id)
+
+
+def resolve_model(name_or_path: str) -> ModelCard:
+    """Find a model card: bundled id/alias, local config.json (file or folder), then the Hub.
+
+    Raises UnknownModelError (with the closest bundled ids) when nothing matches, and
+    ModelConfigError when a config.json is found but unusable.
+    """
+    name = (name_or_path or "").strip()
+    if not name:
+        raise UnknownModelError(name_or_path or "", reason="empty model name")
+    card = find_bundled_model(name)
+    if card is not None:
+        return card
+    local = _local_config_path(name)
+    if local is not None:
+        folder = local.parent
+        return card_from_config(_read_config(local), str(local), source=str(local), hf_id=str(folder))
+    if _REPO_ID.match(name):
+        return _from_hub(name)
+    raise UnknownModelError(name, model_suggestions(name), reason="not a bundled id, a local path or a repo id")

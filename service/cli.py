@@ -1,0 +1,79 @@
+"""`recipe-advisor`: one entry point, one small module per command.
+
+Each command module exposes ``add_parser(subparsers)`` (which sets
+``func=run``) and ``run(args) -> int``. Modules are imported lazily so that
+``recipe-advisor --help`` and ``validate`` never pay for torch or FastAPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> module that implements it
+COMMANDS: dict[str, str] = {
+    "validate": "service.cli_validate",
+    "plan": "service.cli_plan",
+    "recommend": "service.cli_recommend",
+    "diff": "service.cli_diff",
+    "recipes": "service.cli_browse",
+    "models": "service.cli_browse",
+    "hardware": "service.cli_browse",
+    "serve": "service.cli_serve",
+    "train": "service.cli_train",
+}
+
+HELP = {
+    "validate": "check recipe/config YAML files (folders recurse)",
+    "plan": "rank the valid parallel layouts for a model on your hardware",
+    "recommend": "a ready config and launch commands for a model, hardware and goal",
+    "diff": "classify every changed key between two configs (convergence / execution / benchmark-only)",
+    "recipes": "list the bundled recipes",
+    "models": "list the bundled model cards",
+    "hardware": "list the bundled hardware cards",
+    "serve": "run the HTTP service",
+    "train": "launch the bundled trainer via torch.distributed.run",
+}
+
+
+def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recipe-advisor",
+        description="Pick, size, validate and run LLM training recipes before you spend GPU hours.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, module_name in COMMANDS.items():
+        if wanted == name:
+            module = importlib.import_module(module_name)
+            module.add_parser(sub, name)
+        else:
+            # Only the chosen command's module is imported; the others just show in --help.
+            sub.add_parser(name, help=HELP[name], add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(argv)
+    if argv and argv[0] == "train":
+        # Everything after the config belongs to the trainer (overrides like --optimizer.lr 1e-4).
+        from service import cli_train
+
+        return cli_train.run_argv(argv[1:])
+    args, unknown = parser.parse_known_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if not argv else 2
+    if unknown and not getattr(args, "accepts_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = unknown
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`recipe-advisor recipes|models|hardware`: browse the bundled index."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(subparsers, name: str) -> None:
+    p = subparsers.add_parser(name, help=f"list the bundled {name}")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    if name == "recipes":
+        p.add_argument("--family")
+        p.add_argument("--mode", choices=["pretrain", "sft", "peft"])
+        p.add_argument("--hardware")
+        p.add_argument("--num-gpus", type=int)
+        p.add_argument("--kind", choices=["library", "benchmark", "bundled"])
+    p.set_defaults(func=run, listing=name)
+
+
+def _rows(listing: str, args) -> list[dict]:
+    import recipe_index as index
+
+    if listing == "models":
+        return [{"id": m.id, "hf_id": m.hf_id, "family": m.family, "architecture": m.architecture,
+                 "layers": m.num_hidden_layers, "hidden": m.hidden_size, "heads": m.num_attention_heads,
+                 "kv_heads": m.num_key_value_heads, "experts": m.num_experts} for m in index.list_models()]
+    if listing == "hardware":
+        return [{"name": h.name, "memory_gib": h.memory_gib, "bf16_tflops": h.bf16_tflops,
+                 "fp8_tflops": h.fp8_tflops, "fp4_tflops": h.fp4_tflops, "nvlink_domain": h.nvlink_domain,
+                 "gpus_per_node": h.gpus_per_node} for h in index.list_hardware()]
+    entries = index.list_recipes(family=args.family, mode=args.mode, hardware=args.hardware,
+                                 num_gpus=args.num_gpus, kind=args.kind)
+    return [{k: v for k, v in e.model_dump(mode="json").items() if k != "path"} for e in entries]
+
+
+def run(args) -> int:
+    rows = _rows(args.listing, args)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no {args.listing} match")
+        return 0
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r[c] if r[c] is not None else "-").ljust(widths[c]) for c in columns))
+    return 0

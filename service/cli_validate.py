@@ -1,0 +1,124 @@
+"""`recipe-advisor validate PATH...`: the rules, for CI. Exit 0 clean/warnings, 1 errors, 2 unusable input."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from service.facts import Finding
+from service.validate import BadArgument, FileReport, check_hardware_argument, expand_paths, validate_file
+
+EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def add_parser(subparsers, name: str) -> None:
+    p = subparsers.add_parser(name, help="check recipe/config YAML files (folders recurse)",
+                              description="Check config files with the same rules the planner uses. "
+                                          "Exit 0: clean or warnings only; 1: errors; 2: unusable input.")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="YAML files or folders")
+    p.add_argument("--gpus", type=int, help="GPUs per node (else the config's hardware block)")
+    p.add_argument("--gpu-type", help="hardware card, e.g. h100 (else hardware.gpu_type)")
+    p.add_argument("--nodes", type=int, help="number of nodes")
+    p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
+    p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
+    p.set_defaults(func=run)
+
+
+def summary(reports: list[FileReport]) -> dict:
+    return {"files": len(reports), "errors": sum(r.errors for r in reports),
+            "warnings": sum(r.warnings for r in reports)}
+
+
+def format_text(reports: list[FileReport]) -> str:
+    lines = []
+    for report in reports:
+        for f in report.findings:
+            where = f"{report.path}:{f.line or 1}:{f.column or 1}"
+            fix = f" (fix: {f.fix})" if f.fix else ""
+            lines.append(f"{where}: {f.code} {f.severity}: {f.message}{fix}")
+    s = summary(reports)
+    lines.append(f"{s['files']} file(s): {s['errors']} error(s), {s['warnings']} warning(s)")
+    return "\n".join(lines)
+
+
+def _escape_gh(value: str, prop: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value
+
+
+def format_github(reports: list[FileReport]) -> str:
+    level = {"error": "error", "warning": "warning", "info": "notice"}
+    lines = []
+    for report in reports:
+        for f in report.findings:
+            props = f"file={_escape_gh(report.path, True)},line={f.line or 1},col={f.column or 1}," \
+                    f"title={_escape_gh(f.code, True)}"
+            text = f.message + (f" (fix: {f.fix})" if f.fix else "")
+            lines.append(f"::{level[f.severity]} {props}::{_escape_gh(text)}")
+    return "\n".join(lines)
+
+
+def format_sarif(reports: list[FileReport]) -> dict:
+    from service.rules.registry import all_rules
+
+    level = {"error": "error", "warning": "warning", "info": "note"}
+    rules = [{"id": r.code, "name": r.check.__name__, "shortDescription": {"text": r.title},
+              "help": {"text": r.source}} for r in all_rules()]
+    results = []
+    for report in reports:
+        for f in report.findings:
+            results.append({
+                "ruleId": f.code, "level": level[f.severity],
+                "message": {"text": f.message + (f" Fix: {f.fix}" if f.fix else "")},
+                "locations": [{"physicalLocation": {
+                    "artifactLocation": {"uri": report.path},
+                    "region": {"startLine": f.line or 1, "startColumn": f.column or 1}}}],
+            })
+    return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
+            "runs": [{"tool": {"driver": {"name": "recipe-advisor", "rules": rules}}, "results": results}]}
+
+
+def rule_table() -> str:
+    from service.rules.registry import all_rules
+
+    rows = [f"{r.code:8} {r.severity:8} {r.key or '-':38} {r.title}" for r in all_rules()]
+    return "\n".join(["code     severity key                                    rule"] + rows)
+
+
+def run(args) -> int:
+    if args.list_rules:
+        print(rule_table())
+        return EXIT_OK
+    if not args.paths:
+        print("recipe-advisor validate: give at least one file or folder", file=sys.stderr)
+        return EXIT_UNUSABLE
+    try:
+        check_hardware_argument(args.gpu_type)
+        if (args.gpus is not None and args.gpus < 1) or (args.nodes is not None and args.nodes < 1):
+            raise BadArgument("--gpus and --nodes must be at least 1")
+    except BadArgument as err:
+        print(f"recipe-advisor validate: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    files, missing = expand_paths(args.paths)
+    reports = [validate_file(path, gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes) for path in files]
+    for path in missing:
+        reports.append(FileReport(path=path, unusable=True, findings=[Finding(
+            code="RA-F001", severity="error", message="no such file or folder", fix="check the path")]))
+    if not reports:
+        print("recipe-advisor validate: no .yaml/.yml files found in " + ", ".join(args.paths), file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.format == "json":
+        print(json.dumps({"files": [r.to_dict() for r in reports], "summary": summary(reports)}, indent=2))
+    elif args.format == "sarif":
+        print(json.dumps(format_sarif(reports), indent=2))
+    elif args.format == "github":
+        out = format_github(reports)
+        if out:
+            print(out)
+        s = summary(reports)
+        print(f"{s['files']} file(s): {s['errors']} error(s), {s['warnings']} warning(s)", file=sys.stderr)
+    else:
+        print(format_text(reports))
+    if any(r.unusable for r in reports):
+        return EXIT_UNUSABLE
+    return EXIT_ERRORS if any(r.errors for r in reports) else EXIT_OK

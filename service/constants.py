@@ -1,0 +1,147 @@
+"""Every constant of the memory and step-time models, named, with where it comes from.
+
+The estimators (``service.memory``, ``service.steptime``) read only from here, so a
+reviewer can audit the whole model on one page and a calibration change is one line.
+Figures marked "assumed" are modelling choices, not measurements; those marked
+"calibrated" were set so that the published measurements in benchmarks/README.md
+(torchtitan's Llama 3.1 tables) land within the stated error.
+"""
+
+from __future__ import annotations
+
+GIB = 1024**3
+
+# ---------------------------------------------------------------- precision and training state
+
+# Bytes per element of a tensor stored in a given format.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5}
+
+# Activations are stored in bf16 whatever the GEMM precision: FP8/NVFP4 recipes quantise
+# GEMM inputs on the fly and keep the bf16 tensors for backward (Transformer Engine
+# fp8_autocast; Megatron Bridge mixed-precision recipes).
+ACTIVATION_BYTES = 2
+
+# Megatron mixed precision, per parameter (Megatron-LM theoretical_memory_usage.py,
+# compute_weight_and_optimizer_memory: "18 bytes per parameter" without the distributed
+# optimizer = 2 bf16 weight + 4 fp32 main grad + 12 Adam; with it 6 + 12/DP).
+MEGATRON_WEIGHT_BYTES = 2
+MEGATRON_MAIN_GRAD_BYTES = 4
+ADAM_STATE_BYTES = 12  # fp32 master copy + first and second moments (Adam, Kingma & Ba 2015)
+
+# FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as torchtitan and
+# NeMo AutoModel run it: the sharded parameter *is* the fp32 master, gradients are fp32
+# shards, Adam adds two fp32 moments (HF Ultra-Scale Playbook, "Memory usage in Transformers":
+# 4 + 4 + 8 = 16 bytes per parameter, all divided by the shard count under ZeRO-3).
+FSDP2_PARAM_BYTES = 4
+FSDP2_GRAD_BYTES = 4
+FSDP2_ADAM_MOMENT_BYTES = 8
+# Transient unsharded bf16 copies FSDP keeps: the block being computed plus the one prefetched.
+FSDP_UNSHARDED_BLOCKS = 2
+
+# LoRA: the frozen base stays in bf16 with no gradient or optimizer state; the adapters are
+# trained in fp32 master + Adam like any parameter (Hu et al. 2021; Megatron Bridge peft/lora.py).
+LORA_BASE_WEIGHT_BYTES = 2
+LORA_ADAPTER_STATE_BYTES = 2 + 4 + ADAM_STATE_BYTES
+LORA_DEFAULT_RANK = 32  # Megatron Bridge LoRA default dim (mbridge_rules.md section 1)
+
+# ---------------------------------------------------------------- activations and logits
+
+# Cross-entropy over the vocabulary, bytes per logit element held at the loss.
+# Megatron's fused vocab-parallel cross entropy keeps the bf16 logits and one fp32
+# softmax buffer (Megatron-LM theoretical_memory_usage.py counts 4·s·b·h·(1 + V/h) for the
+# output layer and loss). Unfused PyTorch loss (torchtitan, HF) holds bf16 logits, their fp32
+# upcast and the fp32 log-softmax saved for backward.
+LOGITS_BYTES_FUSED = 2 + 4
+LOGITS_BYTES_UNFUSED = 2 + 4 + 4
+
+# Per-layer activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in
+# Large Transformer Models", Table 2 (sbh·(34 + 5as/h) without parallelism), re-derived
+# tensor by tensor for today's blocks (see service/memory.py): no dropout, RMSNorm, gated MLP,
+# grouped-query attention, fused (flash) attention which keeps no s x s matrix.
+# Full recompute keeps only each layer's bf16 input (2 bytes per hidden element).
+FULL_RECOMPUTE_BYTES_PER_HIDDEN = 2
+
+# ---------------------------------------------------------------- allowances ("other")
+
+# CUDA context, cuBLAS/cuDNN/Transformer Engine workspaces and NCCL channel buffers
+# (CUDA C programming guide: ~0.3-0.5 GiB context; NCCL_BUFFSIZE 4 MiB per channel and peer).
+RUNTIME_OVERHEAD_GIB = 1.5
+# Caching-allocator fragmentation, as a fraction of everything else (calibrated against
+# torchtitan's reported peak reserved memory; PyTorch "CUDA memory management" notes).
+FRAGMENTATION_FRACTION = 0.06
+# DDP gradient buckets (torch DDP bucket_cap_mb=25, two buckets in flight) and Megatron's
+# DDP bucket (40M elements) are counted inside the gradient term already.
+
+# ---------------------------------------------------------------- fit thresholds
+
+# A layout "fits" when its estimate leaves this fraction of the GPU free: allocator spikes,
+# NCCL growth at scale and the estimate's own error (benchmarks/README.md) need headroom.
+# The memory-fit validate rule warns above it and errors above 100 %.
+MEMORY_HEADROOM_FRACTION = 0.10
+
+# ---------------------------------------------------------------- compute
+
+# Fraction of the dense tensor-core peak that large training GEMMs sustain. cuBLAS/cuBLASLt
+# reach ~75 % of the H100 BF16 peak on large square GEMMs (NVIDIA "Matrix Multiplication
+# Background User's Guide"; Megatron-LM reports 47-52 % end-to-end MFU for GPT/Llama on H100,
+# Narayanan et al. 2021 and the Megatron-Core README), lower for FP8 and NVFP4 where scaling
+# and casting kernels take a larger share.
+MATMUL_EFFICIENCY = {"fp32": 0.70, "bf16": 0.72, "fp16": 0.72, "fp8": 0.62, "nvfp4": 0.50}
+# GEMM efficiency falls when a dimension is small (tile and wave quantisation): modelled as
+# d / (d + GEMM_HALF_EFFICIENCY_DIM) per dimension (assumed; shape of cuBLAS roofline curves).
+GEMM_HALF_EFFICIENCY_DIM = 128
+# FlashAttention-2/3 forward+backward sustain about half the BF16 peak (Dao 2023; Shah et al.
+# 2024: FA3 forward 75 %, backward lower). Attention stays in BF16 in FP8 recipes.
+ATTENTION_EFFICIENCY = 0.50
+# Element-wise kernels (norms, activations, rotary, residuals, permutes, casts) are HBM-bound:
+# each stored activation byte is written and read in forward and twice in backward (assumed).
+ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE = 6.0
+# Full recompute repeats the forward pass: 8·N instead of 6·N FLOPs per token (Korthikanti
+# et al. 2022, section 5). Selective recompute of the cheap element-wise ops costs a few
+# percent (ibid., Table 4: 2-4 %).
+FULL_RECOMPUTE_FLOPS_FACTOR = 8.0 / 6.0
+SELECTIVE_RECOMPUTE_TIME_FACTOR = 1.03
+# Adam step: reads master, moments and grad, writes master, moments and the bf16 weight.
+OPTIMIZER_STEP_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
+
+# ---------------------------------------------------------------- communication
+
+# Achieved NCCL bus bandwidth as a fraction of the link's one-way bandwidth (nccl-tests
+# all_reduce_perf busbw: ~360-380 GB/s of 450 on H100 NVLink4, ~45 of 50 GB/s on NDR IB).
+NCCL_BUS_EFFICIENCY_NVLINK = 0.80
+NCCL_BUS_EFFICIENCY_NETWORK = 0.85
+# All-to-all reaches less than ring collectives (DeepEP README: ~150 of 160 GB/s intranode,
+# ~45 of 50 GB/s RDMA with its kernels; Megatron's default alltoall dispatcher is slower).
+ALLTOALL_EFFICIENCY = 0.65
+# Launch + synchronisation latency of one collective (nccl-tests small-message latency).
+COLLECTIVE_LATENCY_NVLINK_S = 10e-6
+COLLECTIVE_LATENCY_NETWORK_S = 30e-6
+
+# Share of TP/SP collectives left exposed by Transformer Engine's userbuffer overlap
+# (tp_comm_overlap, on in Bridge's H100+ performance recipes; Wang et al. 2022 report most
+# of the all-gather/reduce-scatter hidden behind the GEMMs) (assumed).
+TP_COMM_EXPOSED_FRACTION = 0.35
+# Share of pipeline point-to-point transfers left exposed (overlap_p2p_comm with VP,
+# batched p2p without) (assumed).
+PP_P2P_EXPOSED_FRACTION = 0.5
+# The DP gradient reduce-scatter overlaps the last micro-batch's backward and the
+# parameter all-gather the first micro-batch's forward (Megatron overlap_grad_reduce /
+# overlap_param_gather); NCCL kernels take SMs, so at most this fraction hides (assumed).
+DP_OVERLAP_FRACTION = 0.85
+# Ring attention hides its K/V exchange behind the attention of the previous chunk
+# (Megatron CP p2p, Liu et al. 2023 "Ring Attention") up to this fraction (assumed).
+CP_OVERLAP_FRACTION = 0.85
+# MoE token dispatch/combine is on the critical path with the alltoall dispatcher unless
+# overlap_moe_expert_parallel_comm is on (mbridge_rules.md 3e; off in most recipes).
+EP_A2A_EXPOSED_FRACTION = 1.0
+# Routed tokens are not perfectly balanced: the busiest expert rank sets the pace. Grows with
+# the number of ranks an EP group spreads tokens over (assumed ~3 % per doubling of EP).
+MOE_IMBALANCE_PER_EP_DOUBLING = 0.03
+
+# ---------------------------------------------------------------- planner search space
+
+MICRO_BATCH_SIZES = (1, 2, 3, 4, 6, 8)  # Bridge recipes use 1-8 (reference/mbridge_recipes.json)
+MAX_VIRTUAL_PIPELINE = 20  # largest VP in a shipped recipe (Llama 3 70B: 20)
+# A CP rank below this many tokens cannot hide the ring exchange behind attention; the
+# planner does not enumerate it (assumed; Bridge recipes stop at 4096 tokens per rank).
+MIN_TOKENS_PER_CP_RANK = 1024

@@ -1,0 +1,173 @@
+"""Rules over a whole config file: schema, security of `_target_`, and the
+recipe-level consistency checks (metadata vs values, model vs dataset)."""
+
+from __future__ import annotations
+
+import re
+from difflib import get_close_matches
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from service.rules.registry import Violation, config_rule
+from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
+from trainer.config import TARGET_SECTIONS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from service.validate import ConfigView
+
+_PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")
+_FP8_TOKENS = {"fp8cs", "fp8ds", "fp8mx", "fp8sc"}
+
+
+def _did_you_mean(word: str, options) -> str:
+    close = get_close_matches(word, sorted(options), n=1)
+    return f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(sorted(options))}"
+
+
+@config_rule("RA-C001", "error", "", "known sections and keys",
+             "trainer/config.py schema; DESIGN.md config contract")
+def unknown_keys(view: "ConfigView") -> Iterator[Violation]:
+    for key, options in view.unknown_keys:
+        leaf = key.rpartition(".")[2]
+        where = "section" if "." not in key else f"key in `{key.rpartition('.')[0]}`"
+        yield Violation(f"unknown {where} `{leaf}`", f"{_did_you_mean(leaf, options)} (remove it if not)", key=key)
+
+
+@config_rule("RA-C002", "error", "", "values have the right type and range", "trainer/config.py schema")
+def invalid_values(view: "ConfigView") -> Iterator[Violation]:
+    for key, message, fix in view.invalid_values:
+        yield Violation(message, fix, key=key)
+
+
+@config_rule("RA-C003", "warning", "", "no duplicate keys", "YAML keeps only the last of duplicate keys")
+def duplicate_keys(view: "ConfigView") -> Iterator[Violation]:
+    for key, line, _ in view.doc.duplicates:
+        yield Violation(f"`{key}` is set twice; YAML silently keeps the last value (line {line})",
+                        "delete one of the two", key=key)
+
+
+@config_rule("RA-C004", "warning", "model.seq_length", "model and dataset sequence lengths agree",
+             "Bridge run_recipe syncs model.seq_length to dataset.seq_length (mbridge_rules 2)")
+def model_dataset_seq_length(view: "ConfigView") -> Optional[Violation]:
+    cfg = view.config
+    if cfg is None or not cfg.model.seq_length or not cfg.dataset.seq_length:
+        return None
+    if cfg.model.seq_length == cfg.dataset.seq_length:
+        return None
+    return Violation(f"model.seq_length={cfg.model.seq_length} differs from dataset.seq_length="
+                     f"{cfg.dataset.seq_length}; the runner overwrites the model value with the dataset's",
+                     f"set model.seq_length: {cfg.dataset.seq_length} or remove it")
+
+
+@config_rule("RA-C005", "warning", "precision", "recipe name's precision matches the config",
+             "Bridge naming <model>_<task>_<N>gpu_<hw>_<precision>_config (mbridge_rules 1)")
+def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
+    meta = view.config.metadata if view.config else None
+    if meta is None or not meta.megatron_recipe:
+        return None
+    match = _PRECISION_TOKEN.search(meta.megatron_recipe)
+    if not match:
+        return None
+    token = match.group(1)
+    resolved = meta.precision_recipe or view.config.precision
+    if token == resolved or (resolved == "fp8" and token in _FP8_TOKENS):
+        return None
+    return Violation(f"recipe {meta.megatron_recipe} says {token} in its name but resolves to {resolved}",
+                     f"rename the recipe to say {resolved}, or set its precision to {token}")
+
+
+@config_rule("RA-C006", "warning", "hardware", "the recipe's GPU count matches the hardware block",
+             "Bridge benchmark recipes must run on exactly the GPU count in their name")
+def metadata_gpu_count(view: "ConfigView") -> Optional[Violation]:
+    meta = view.config.metadata if view.config else None
+    if meta is None or not meta.num_gpus or view.facts is None:
+        return None
+    if meta.num_gpus == view.facts.world_size:
+        return None
+    return Violation(f"recipe {meta.name} is sized for {meta.num_gpus} GPUs but runs on {view.facts.world_size}",
+                     "re-plan the layout for this GPU count (recipe-advisor plan), keeping the global batch")
+
+
+@config_rule("RA-C007", "warning", "dataset.preset", "mock data only for pretraining",
+             "seed first-answer checklist: do not pair mock with SFT or PEFT")
+def mock_data_only_for_pretraining(view: "ConfigView") -> Optional[Violation]:
+    cfg = view.config
+    if cfg is None or cfg.metadata is None or cfg.metadata.mode == "pretrain":
+        return None
+    if str(cfg.dataset.kwargs().get("preset", "")).lower() != "mock":
+        return None
+    return Violation(f"mode {cfg.metadata.mode} with the pretraining-only mock dataset",
+                     "use a fine-tuning dataset (e.g. preset: squad) for SFT/PEFT")
+
+
+@config_rule("RA-C008", "warning", "peft", "PEFT mode and peft section agree", "seed decision tree: PEFT -> *_peft")
+def peft_mode_consistent(view: "ConfigView") -> Optional[Violation]:
+    cfg = view.config
+    if cfg is None or cfg.metadata is None:
+        return None
+    if cfg.metadata.mode == "peft" and cfg.peft is None:
+        return Violation("metadata.mode is peft but there is no peft section: every weight would train",
+                         "add `peft: {method: lora, rank: 32, alpha: 32}`", key="metadata.mode")
+    if cfg.metadata.mode != "peft" and cfg.peft is not None:
+        return Violation(f"a peft section in a {cfg.metadata.mode} recipe", "set metadata.mode: peft or drop `peft`")
+    return None
+
+
+@config_rule("RA-C009", "warning", "model.pretrained_model_name_or_path", "the model resolves",
+             "recipe_index resolution: bundled id/alias, local config.json, Hugging Face cache")
+def model_resolves(view: "ConfigView") -> Optional[Violation]:
+    if view.model_error is None:
+        return None
+    return Violation(f"{view.model_error}; model-dependent rules were skipped",
+                     "use a bundled id (recipe-advisor models), a local config.json, or warm the HF cache")
+
+
+@config_rule("RA-C010", "warning", "hardware.gpu_type", "the hardware resolves", "recipe_index/hardware.yaml")
+def hardware_resolves(view: "ConfigView") -> Optional[Violation]:
+    if view.hardware_error is None:
+        return None
+    return Violation(f"{view.hardware_error}; hardware rules were skipped",
+                     "use a known gpu_type (recipe-advisor hardware)")
+
+
+def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target is not None:
+            yield key, target
+        for k, v in node.items():
+            yield from _targets(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _targets(v, f"{key}[{i}]")
+
+
+@config_rule("RA-S001", "error", "", "`_target_` only from the allow-list",
+             "configs are data: nothing outside the allow-list is imported or called")
+def target_allowed(view: "ConfigView") -> Iterator[Violation]:
+    for key, target in _targets(view.doc.data):
+        if not isinstance(target, str) or not is_allowed(target):
+            yield Violation(f"_target_ {target!r} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
+                            "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.",
+                            key=f"{key}._target_" if key else "_target_")
+
+
+@config_rule("RA-S002", "error", "", "`_target_` exists and takes the given keywords",
+             "signature read from source with ast, never imported (cf. torchtune `tune validate`)")
+def target_signature(view: "ConfigView") -> Iterator[Violation]:
+    for section in TARGET_SECTIONS:
+        node = view.doc.data.get(section)
+        if not isinstance(node, dict) or not is_allowed(str(node.get("_target_", ""))):
+            continue
+        target = node["_target_"]
+        kwargs = [k for k in node if k != "_target_"]
+        try:
+            bad = unknown_kwargs(target, kwargs)
+        except TargetNotFound as exc:
+            yield Violation(f"_target_ {target} cannot be found ({exc})", "check the spelling of the dotted path",
+                            key=f"{section}._target_")
+            continue
+        except (OSError, SyntaxError, ValueError):
+            continue  # source unreadable: nothing to check against
+        for kwarg, close in bad:
+            hint = f"did you mean `{close[0]}`?" if close else "remove it"
+            yield Violation(f"{target} takes no keyword `{kwarg}`", hint, key=f"{section}.{kwarg}")

@@ -1,0 +1,90 @@
+"""Rules about who runs the config: the bundled trainer's capabilities, and a
+whole model that cannot fit its weights on one GPU."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from service.facts import Facts
+from service.rules.registry import Violation, layout_rule
+from trainer.capabilities import CAPABILITIES
+
+BUNDLED = ("fsdp2", "ddp")
+GIB = 1024**3
+
+
+def _bundled(f: Facts) -> bool:
+    return f.strategy in BUNDLED
+
+
+@layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
+             "trainer/capabilities.py")
+def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
+    if not _bundled(f):
+        return None
+    lay = f.layout
+    missing = [name for name, size, cap in (
+        ("pp_size", lay.pp, "pipeline_parallel"),
+        ("vp_size", lay.vp_or_1, "virtual_pipeline"),
+        ("cp_size", lay.cp, "context_parallel"),
+        ("ep_size", lay.ep, "expert_parallel"),
+    ) if size > 1 and not CAPABILITIES.get(cap)]
+    if not lay.tp == 1 and not CAPABILITIES.get("tensor_parallel"):
+        missing.append("tp_size")
+    if not missing:
+        return None
+    return Violation(f"strategy {f.strategy} (the bundled trainer) does not support {', '.join(missing)} > 1",
+                     "set those sizes to 1, or use strategy: megatron and run the config with Megatron Bridge",
+                     key=f"distributed.{missing[0]}")
+
+
+@layout_rule("RA-E002", "error", "model.pretrained_model_name_or_path", "the bundled trainer's model families",
+             "trainer/capabilities.py model_types / moe")
+def bundled_trainer_models(f: Facts) -> Optional[Violation]:
+    if not _bundled(f) or f.model is None:
+        return None
+    if f.model.is_moe and not CAPABILITIES.get("moe"):
+        return Violation(f"{f.model.id} is an MoE model; the bundled trainer runs dense decoders only",
+                         "use strategy: megatron (Megatron Bridge) for MoE models")
+    model_type = f.model.model_type
+    if model_type and model_type not in CAPABILITIES["model_types"]:
+        return Violation(f"model_type {model_type!r} of {f.model.id} is not one the bundled trainer builds "
+                         f"({', '.join(CAPABILITIES['model_types'])})", "use strategy: megatron for this model")
+    return None
+
+
+@layout_rule("RA-E003", "error", "precision", "the bundled trainer's precisions",
+             "trainer/capabilities.py precisions")
+def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
+    if not _bundled(f) or f.precision in CAPABILITIES["precisions"]:
+        return None
+    return Violation(f"precision {f.precision} is not supported by the bundled trainer "
+                     f"({', '.join(CAPABILITIES['precisions'])})", "use precision: bf16")
+
+
+def _weight_bytes(f: Facts) -> Optional[float]:
+    try:
+        from recipe_index import param_counts
+    except ImportError:
+        return None
+    total = param_counts(f.model).total
+    bytes_per = 4 if f.precision == "fp32" and not f.peft else 2
+    return total * bytes_per
+
+
+@layout_rule("RA-M001", "error", "distributed.tp_size", "a whole model on one GPU must fit its weights",
+             "weights alone: params x bytes per param must be below the GPU's memory")
+def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
+    lay, hw = f.layout, f.hardware
+    if f.model is None or hw is None:
+        return None
+    sharded = lay.tp * lay.pp * lay.ep * lay.cp > 1 or (f.strategy == "fsdp2" and f.dp > 1)
+    if sharded:
+        return None
+    weights = _weight_bytes(f)
+    if weights is None or weights <= hw.memory_gib * GIB:
+        return None
+    need = int(-(-weights // (hw.memory_gib * GIB * 0.6)))
+    return Violation(f"{f.model.id} needs {weights / GIB:.1f} GiB for its weights alone, more than the "
+                     f"{hw.memory_gib:g} GiB of one {hw.name}, and this layout keeps a whole copy per GPU",
+                     f"shard it: tensor/pipeline parallel (Megatron) or FSDP2 over at least ~{need} GPUs")

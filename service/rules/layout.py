@@ -1,0 +1,274 @@
+"""Layout, batch and hardware rules: what Megatron-Core / Bridge enforce, plus the
+resizing rules and pitfalls of the recipe-recommender seed.
+
+Sources are the sections of reference/mbridge_rules.md (3a-3d, 3h) and the
+seed's "Parallelism Resizing Rules" / "Common Pitfalls". Each rule judges a
+``Facts`` and knows nothing about YAML, so the planner prunes with the same code.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import gcd
+from typing import Optional
+
+from service.facts import Facts
+from service.rules.registry import Violation, layout_rule
+
+LONG_CONTEXT = 8192  # seed: "> 8K -> need CP"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // gcd(a, b)
+
+
+@layout_rule("RA-L001", "error", "distributed.tp_size", "TP divides the attention heads",
+             "mcore transformer_config: num_attention_heads % TP == 0 (raise)")
+def tp_divides_attention_heads(f: Facts) -> Optional[Violation]:
+    if f.model is None or f.model.num_attention_heads % f.layout.tp == 0:
+        return None
+    heads = f.model.num_attention_heads
+    ok = [d for d in _divisors(heads) if d <= max(8, f.layout.tp)]
+    return Violation(f"tp_size={f.layout.tp} does not divide num_attention_heads={heads} of {f.model.id}",
+                     f"set distributed.tp_size to a divisor of {heads}: {ok}")
+
+
+@layout_rule("RA-L002", "error", "distributed.tp_size", "TP and KV heads divide one another",
+             "mcore transformer_config: num_query_groups multiple or divisor of TP (raise)")
+def tp_and_kv_heads_compatible(f: Facts) -> Optional[Violation]:
+    if f.model is None:
+        return None
+    kv, tp = f.model.num_key_value_heads, f.layout.tp
+    if kv % tp == 0 or tp % kv == 0:
+        return None
+    return Violation(f"tp_size={tp} and num_key_value_heads={kv} of {f.model.id} neither divide the other; "
+                     "Megatron-Core rejects this",
+                     f"set distributed.tp_size to a divisor of {kv}: {_divisors(kv)}")
+
+
+@layout_rule("RA-L003", "warning", "distributed.tp_size", "TP divides the KV heads (seed's resizing rule)",
+             "seed resizing rule 1; mbridge_rules 3h (code only needs multiple-or-divisor)")
+def tp_divides_kv_heads(f: Facts) -> Optional[Violation]:
+    if f.model is None:
+        return None
+    kv, tp = f.model.num_key_value_heads, f.layout.tp
+    if kv % tp == 0 or tp % kv:
+        return None  # fine, or already an error under RA-L002
+    return Violation(f"tp_size={tp} exceeds num_key_value_heads={kv}: each KV head is replicated "
+                     f"{tp // kv}x, costing memory and bandwidth",
+                     f"prefer distributed.tp_size in {_divisors(kv)} and add PP/CP instead")
+
+
+@layout_rule("RA-L004", "warning", "distributed.sequence_parallel", "SP needs TP > 1",
+             "mcore model_parallel_config raise; Bridge finalize() silently sets SP=False (3a)")
+def sp_needs_tp(f: Facts) -> Optional[Violation]:
+    if f.layout.sp and f.layout.tp == 1:
+        return Violation("sequence_parallel is true with tp_size=1; Megatron Bridge silently turns it off",
+                         "set distributed.sequence_parallel: false, or raise distributed.tp_size")
+    return None
+
+
+@layout_rule("RA-L005", "info", "distributed.sequence_parallel", "SP on whenever TP > 1",
+             "seed resizing rule 5: SP is essentially free with TP")
+def sp_with_tp(f: Facts) -> Optional[Violation]:
+    if f.layout.tp > 1 and not f.layout.sp and f.layout.ep == 1:
+        return Violation(f"tp_size={f.layout.tp} without sequence_parallel keeps redundant activation copies",
+                         "set distributed.sequence_parallel: true")
+    return None
+
+
+@layout_rule("RA-L006", "error", "distributed.tp_size", "world divisible by TP*PP*CP",
+             "mcore parallel_state; Bridge ConfigContainer.validate (3c, 3d)")
+def world_divisible_by_model_parallel(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    mp = lay.tp * lay.pp * lay.cp
+    if f.world_size % mp == 0:
+        return None
+    return Violation(f"world size {f.world_size} is not divisible by TP*PP*CP = {lay.tp}*{lay.pp}*{lay.cp} = {mp}",
+                     f"use a GPU count that is a multiple of {mp}, or change TP/PP/CP so their product divides "
+                     f"{f.world_size}")
+
+
+@layout_rule("RA-L007", "error", "distributed.ep_size", "world divisible by PP*EP*ETP (expert mesh fits)",
+             "mcore parallel_state: expert-DP = world/(ETP*EP*PP) (3c); seed resizing rule 7")
+def expert_mesh_fits(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    mesh = lay.pp * lay.ep * lay.etp
+    if f.world_size % mesh == 0:
+        return None
+    need = lay.pp * _lcm(lay.tp * lay.cp, lay.ep * lay.etp)
+    return Violation(f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = "
+                     f"{mesh}; the smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}",
+                     f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
+
+
+@layout_rule("RA-L008", "error", "distributed.ep_size", "experts divisible by EP",
+             "mcore moe_layer: num_moe_experts % EP == 0 (3c)")
+def experts_divisible_by_ep(f: Facts) -> Optional[Violation]:
+    if f.model is None or not f.model.is_moe or f.model.num_experts % f.layout.ep == 0:
+        return None
+    n = f.model.num_experts
+    return Violation(f"ep_size={f.layout.ep} does not divide the {n} experts of {f.model.id}",
+                     f"set distributed.ep_size to a divisor of {n}: {[d for d in _divisors(n) if d <= 256]}")
+
+
+@layout_rule("RA-L009", "error", "distributed.ep_size", "EP needs an MoE model",
+             "mcore transformer_config: EP > 1 requires num_moe_experts (3b)")
+def ep_needs_moe(f: Facts) -> Optional[Violation]:
+    if f.model is None or f.model.is_moe or f.layout.ep == 1:
+        return None
+    return Violation(f"ep_size={f.layout.ep} but {f.model.id} is a dense model with no experts",
+                     "set distributed.ep_size: 1")
+
+
+@layout_rule("RA-L010", "error", "distributed.vp_size", "VP needs PP > 1",
+             "mcore parallel_state: virtual pipeline requires PP > 1 (3c)")
+def vp_needs_pp(f: Facts) -> Optional[Violation]:
+    if f.layout.vp and f.layout.vp > 1 and f.layout.pp == 1:
+        return Violation(f"vp_size={f.layout.vp} with pp_size=1: virtual pipeline stages need a pipeline",
+                         "remove distributed.vp_size, or set distributed.pp_size > 1")
+    return None
+
+
+@lru_cache(maxsize=4096)
+def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
+    """How Megatron can place ``layers`` on PP ranks x VP chunks when they don't divide evenly.
+
+    Megatron-Core accepts (mbridge_rules.md 3b) either counting the embedding
+    and/or the loss as pipeline layers, or uneven first/last stages with the
+    middle stages even; per-rank counts must divide by VP. Returns the
+    settings to use, or None when no split exists.
+    """
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):
+        total = layers + emb + loss
+        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
+            flags = [name for name, on in (("account_for_embedding_in_pipeline_split", emb),
+                                           ("account_for_loss_in_pipeline_split", loss)) if on]
+            return " and ".join(f"{flag}=true" for flag in flags)
+    if pp < 2:
+        return None
+    middle_stages = pp - 2
+    for first in range(vp, layers, vp):
+        for last in range(vp, layers - first + 1, vp):
+            middle = layers - first - last
+            if middle_stages == 0:
+                if middle == 0:
+                    return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+                continue
+            if middle > 0 and middle % middle_stages == 0 and (middle // middle_stages) % vp == 0:
+                return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+    return None
+
+
+@layout_rule("RA-L011", "error", "distributed.pp_size", "decoder layers split over PP*VP stages",
+             "mcore transformer_config pipeline split rules (3b)")
+def layers_split_over_stages(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    if f.model is None or lay.pp == 1 or f.extra.get("pipeline_layout"):
+        return None
+    layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
+    if layers % stages == 0:
+        return None
+    split = megatron_split(layers, lay.pp, lay.vp_or_1)
+    if split is None:
+        ok = [d for d in _divisors(layers) if d <= 64]
+        return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
+                         f"{lay.vp_or_1} stages in any way Megatron accepts",
+                         f"choose PP*VP among the divisors of {layers}: {ok}")
+    return Violation(f"{layers} decoder layers do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
+                     f"{stages} stages; Megatron needs an explicit uneven split",
+                     f"set {split} (Megatron model config), or pick PP*VP dividing {layers}",
+                     severity="warning")
+
+
+@layout_rule("RA-L012", "warning", "distributed.sequence_parallel", "EP with TP needs SP",
+             "mcore model_parallel_config: EP > 1 and TP > 1 with SP off warns (3a)")
+def ep_tp_needs_sp(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    if lay.ep > 1 and lay.tp > 1 and not lay.sp:
+        return Violation(f"ep_size={lay.ep} and tp_size={lay.tp} without sequence_parallel: Megatron-Core warns "
+                         "that SP must be used with expert parallelism and TP", "set distributed.sequence_parallel: true")
+    return None
+
+
+@layout_rule("RA-L013", "info", "distributed.vp_size", "PP without VP has a large bubble",
+             "seed pitfall: PP without VP -> poor throughput")
+def pp_without_vp(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    if lay.pp > 1 and lay.vp_or_1 == 1:
+        return Violation(f"pp_size={lay.pp} without virtual stages: the bubble is (PP-1)/microbatches",
+                         "set distributed.vp_size (e.g. 2) when the layers per stage divide by it")
+    return None
+
+
+@layout_rule("RA-L014", "error", "dataset.seq_length", "CP needs seq divisible by 2*CP",
+             "Bridge ConfigContainer.validate: seq_length % (2*CP) == 0 (3d)")
+def cp_divides_sequence(f: Facts) -> Optional[Violation]:
+    cp, seq = f.layout.cp, f.seq_length
+    if cp == 1 or seq is None or seq % (2 * cp) == 0:
+        return None
+    return Violation(f"seq_length={seq} is not divisible by 2*cp_size = {2 * cp} (load-balanced CP splits "
+                     "each sequence into 2*CP chunks)", f"use a seq_length that is a multiple of {2 * cp}")
+
+
+@layout_rule("RA-L015", "warning", "distributed.tp_size", "TP stays inside one NVLink domain",
+             "seed resizing rule 2: TP > 8 needs NVL72-class interconnect")
+def tp_within_nvlink(f: Facts) -> Optional[Violation]:
+    hw = f.hardware
+    if hw is None:
+        return None
+    node = f.gpus_per_node or hw.gpus_per_node
+    domain = hw.nvlink_domain if hw.nvlink_domain > hw.gpus_per_node else min(hw.nvlink_domain, node)
+    if f.layout.tp <= domain:
+        return None
+    return Violation(f"tp_size={f.layout.tp} spans more than one NVLink domain ({domain} GPUs on {hw.name}); "
+                     "TP all-reduces would cross the slower inter-node network",
+                     f"keep distributed.tp_size <= {domain} and use PP/CP/DP across nodes")
+
+
+@layout_rule("RA-L016", "warning", "distributed.cp_size", "long context uses CP",
+             "seed decision tree / pitfall: > 8K without CP -> OOM on activations")
+def long_context_without_cp(f: Facts) -> Optional[Violation]:
+    seq = f.seq_length
+    if seq is None or seq <= LONG_CONTEXT or f.layout.cp > 1 or f.world_size == 1:
+        return None
+    return Violation(f"seq_length={seq} (> {LONG_CONTEXT}) with cp_size=1: activations grow linearly with "
+                     "sequence length", f"set distributed.cp_size to 2, 4 or 8 (seq must divide by 2*CP)")
+
+
+@layout_rule("RA-B001", "error", "step_scheduler.global_batch_size", "global batch = micro * DP * accumulation",
+             "mcore num_microbatches_calculator: GBS % (MBS*DP) == 0 (3c)")
+def global_batch_divides(f: Facts) -> Optional[Violation]:
+    gbs, dp, mbs = f.global_batch_size, f.dp, f.layout.micro_batch_size
+    if gbs is None or dp == 0 or gbs % (mbs * dp) == 0:
+        return None
+    unit = mbs * dp
+    lower, upper = (gbs // unit) * unit, (gbs // unit + 1) * unit
+    near = [b for b in (lower, upper) if b > 0]
+    return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",
+                     f"keep the global batch (it is convergence) and change the layout so micro*DP divides {gbs}, "
+                     f"or, as a new experiment, use global_batch_size {' or '.join(map(str, near))}")
+
+
+@layout_rule("RA-P001", "error", "precision", "FP8 needs Hopper or newer",
+             "Transformer Engine FP8 needs compute capability >= 8.9")
+def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
+    hw = f.hardware
+    if f.precision != "fp8" or hw is None or hw.supports_fp8:
+        return None
+    return Violation(f"precision fp8 on {hw.name}, which has no FP8 tensor cores",
+                     "use precision: bf16 on this hardware, or an H100/H200/B200-class GPU for fp8")
+
+
+@layout_rule("RA-P002", "error", "precision", "NVFP4 needs Blackwell or newer",
+             "NVFP4 tensor cores exist from Blackwell on")
+def nvfp4_needs_hardware(f: Facts) -> Optional[Violation]:
+    hw = f.hardware
+    if f.precision != "nvfp4" or hw is None or hw.supports_fp4:
+        return None
+    return Violation(f"precision nvfp4 on {hw.name}, which has no FP4 tensor cores",
+                     "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")

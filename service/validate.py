@@ -1,0 +1,247 @@
+"""Validate config files: YAML with positions -> schema -> facts -> every rule.
+
+The same ``check_layout`` the planner prunes with runs here, so a config the
+recommender emits and a config a pull request edits are judged alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from pydantic import ValidationError
+
+from recipe_index.cards import HardwareCard, ModelCard
+from service.facts import Facts, Finding, Layout, split_world
+from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, all_rules
+from service.yamlio import Document, YamlError, load_yaml, read_file
+from trainer.config import RecipeConfig, section_fields, top_level_keys
+
+YAML_SUFFIXES = (".yaml", ".yml")
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def check_layout(facts: Facts) -> list[Finding]:
+    """Every layout/batch/hardware rule over one set of facts (the planner's pruning too)."""
+    if not LAYOUT_RULES:
+        all_rules()
+    findings = []
+    for rule in LAYOUT_RULES:
+        violation = rule.check(facts)
+        if violation is not None:
+            findings.append(rule.finding(violation))
+    return findings
+
+
+def layout_errors(facts: Facts) -> list[Finding]:
+    return [f for f in check_layout(facts) if f.severity == "error"]
+
+
+@dataclass
+class ConfigView:
+    """A parsed config and what could be resolved from it, for the config rules."""
+
+    doc: Document
+    config: Optional[RecipeConfig] = None
+    facts: Optional[Facts] = None
+    unknown_keys: list[tuple[str, set]] = field(default_factory=list)
+    invalid_values: list[tuple[str, str, str]] = field(default_factory=list)
+    model_error: Optional[str] = None
+    hardware_error: Optional[str] = None
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    unusable: bool = False
+
+    @property
+    def errors(self) -> int:
+        return sum(f.severity == "error" for f in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity == "warning" for f in self.findings)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "findings": [f.to_dict() for f in self.findings]}
+
+
+class BadArgument(ValueError):
+    """An unusable command-line value (unknown --gpu-type, ...)."""
+
+
+def _loc_key(loc: tuple) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+def _schema(view: ConfigView, data: dict) -> Optional[RecipeConfig]:
+    """Parse into the schema; drop each offending key and retry so the other rules still run."""
+    data = copy.deepcopy(data)
+    for _ in range(4):
+        try:
+            return RecipeConfig.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+                key = _loc_key(loc)
+                if err["type"] == "extra_forbidden":
+                    section = key.rpartition(".")[0]
+                    options = section_fields(section) if section else top_level_keys()
+                    view.unknown_keys.append((key, options))
+                else:
+                    got = err.get("input")
+                    shown = repr(got) if not isinstance(got, dict) else "a mapping"
+                    view.invalid_values.append(
+                        (key, f"`{key}`: {err['msg']} (got {shown[:80]})", _fix_for(err)))
+                _drop(data, loc)
+    return None
+
+
+def _fix_for(err: dict) -> str:
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return f"use one of {ctx['expected']}"
+    if err["type"].startswith(("greater_than", "less_than")):
+        return "use a value in range: " + ", ".join(f"{k} {v}" for k, v in ctx.items())
+    if err["type"] == "missing":
+        return "add the key"
+    return "fix the value's type"
+
+
+def _drop(data, loc: tuple) -> None:
+    node = data
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(node, dict):
+        node.pop(loc[-1], None)
+    elif isinstance(node, list) and isinstance(loc[-1], int) and loc[-1] < len(node):
+        node.pop(loc[-1])
+
+
+def _resolve_model(name: Optional[str]) -> tuple[Optional[ModelCard], Optional[str]]:
+    if not name:
+        return None, None
+    from recipe_index import resolve_model
+
+    try:
+        return resolve_model(name), None
+    except (LookupError, ValueError, OSError) as exc:
+        return None, str(exc)
+
+
+def _resolve_hardware(name: str) -> tuple[Optional[HardwareCard], Optional[str]]:
+    from recipe_index import get_hardware
+
+    try:
+        return get_hardware(name), None
+    except (LookupError, ValueError) as exc:
+        return None, str(exc)
+
+
+def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: Optional[HardwareCard],
+                      gpus_per_node: int, num_nodes: int) -> Facts:
+    d = cfg.distributed
+    layout = Layout(tp=d.tp_size, pp=d.pp_size, vp=d.vp_size if (d.vp_size or 1) > 1 else None, cp=d.cp_size,
+                    ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
+                    micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
+    mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
+    return Facts(layout=layout, world_size=gpus_per_node * num_nodes, model=model, hardware=hardware,
+                 gpus_per_node=gpus_per_node, global_batch_size=cfg.step_scheduler.global_batch_size,
+                 seq_length=cfg.seq_length, model_seq_length=cfg.model.seq_length, precision=cfg.precision,
+                 mode=mode, strategy=d.strategy, peft=cfg.peft is not None)
+
+
+def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+               nodes: Optional[int] = None) -> ConfigView:
+    view = ConfigView(doc=doc)
+    view.config = cfg = _schema(view, doc.data)
+    if cfg is None:
+        return view
+    model, view.model_error = _resolve_model(cfg.model.pretrained_model_name_or_path)
+    hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
+    if gpus is not None:
+        gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
+    else:
+        gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes
+    view.facts = facts_from_config(cfg, model, hardware, gpn, n)
+    return view
+
+
+def _emit(rule, result, doc: Document) -> Iterable[Finding]:
+    violations = [result] if isinstance(result, Violation) else list(result or [])
+    for violation in violations:
+        finding = rule.finding(violation)
+        finding.line, finding.column = doc.position(finding.key)
+        yield finding
+
+
+def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+                      nodes: Optional[int] = None) -> list[Finding]:
+    all_rules()
+    view = build_view(doc, gpus, gpu_type, nodes)
+    findings: list[Finding] = []
+    for rule in CONFIG_RULES:
+        findings.extend(_emit(rule, rule.check(view), doc))
+    if view.facts is not None:
+        for rule in LAYOUT_RULES:
+            findings.extend(_emit(rule, rule.check(view.facts), doc))
+    findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
+    return findings
+
+
+def unusable_finding(err: YamlError) -> Finding:
+    return Finding(code="RA-F001", severity="error", message=err.reason, key=None, fix=err.fix,
+                   line=err.line, column=err.column)
+
+
+def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+                  nodes: Optional[int] = None) -> FileReport:
+    """Validate one document. Raises YamlError when it is not a usable config at all."""
+    doc = load_yaml(text, path)
+    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes))
+
+
+def validate_file(path: str, **kwargs) -> FileReport:
+    try:
+        return validate_text(read_file(path), path, **kwargs)
+    except YamlError as err:
+        return FileReport(path=path, findings=[unusable_finding(err)], unusable=True)
+    except OSError as err:
+        return FileReport(path=path, unusable=True, findings=[Finding(
+            code="RA-F001", severity="error", message=f"cannot read file: {err.strerror or err}",
+            fix="check the path and permissions")])
+
+
+def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(YAML files to check, paths that do not exist). Folders recurse and keep only *.yaml/*.yml."""
+    files, missing = [], []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                files.extend(str(Path(root) / n) for n in sorted(names) if n.endswith(YAML_SUFFIXES))
+        elif path.exists():
+            files.append(str(path))
+        else:
+            missing.append(raw)
+    return files, missing
+
+
+def check_hardware_argument(gpu_type: Optional[str]) -> None:
+    if gpu_type is None:
+        return
+    _, error = _resolve_hardware(gpu_type)
+    if error:
+        raise BadArgument(error)

@@ -1,0 +1,298 @@
+"""Safe YAML with the position of every key, and command-line overrides.
+
+A config from a user or a pull request is data. Loading it:
+
+1. refuses oversize, binary and non-UTF-8 input before parsing;
+2. walks the event stream once (iteratively, so depth cannot blow the stack)
+   to bound nesting depth, anchors/aliases and event count;
+3. composes nodes with the safe loader (no python tags) and builds plain
+   objects itself, counting every node it builds so an alias bomb stops at a
+   fixed budget instead of exhausting memory;
+4. records ``dotted.key -> (line, column)`` (1-based) for findings.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+try:  # libyaml is several times faster and keeps marks
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    from yaml import SafeLoader as _Loader
+
+MAX_BYTES = 2 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIASES = 200
+MAX_EVENTS = 200_000
+MAX_NODES = 200_000
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+ALLOWED_TAGS = frozenset(
+    "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")
+)
+STR_TAG = "tag:yaml.org,2002:str"
+TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+# YAML 1.1 reads `1e-4` (no dot) as a string; every config author means a float.
+_BARE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+class YamlError(ValueError):
+    """Unusable input: the file cannot be read as a config at all."""
+
+    def __init__(self, message: str, *, path: str = "<string>", line: Optional[int] = None,
+                 column: Optional[int] = None, fix: Optional[str] = None):
+        self.path, self.line, self.column, self.fix = path, line, column, fix
+        self.reason = message
+        where = path if line is None else f"{path}:{line}:{column or 1}"
+        super().__init__(f"{where}: {message}" + (f" (fix: {fix})" if fix else ""))
+
+
+@dataclass
+class Document:
+    data: dict
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    duplicates: list[tuple[str, int, int]] = field(default_factory=list)
+    path: str = "<string>"
+
+    def position(self, key: Optional[str]) -> tuple[Optional[int], Optional[int]]:
+        """Line/column of a dotted key, else of its nearest present parent."""
+        while key:
+            if key in self.positions:
+                return self.positions[key]
+            key = key.rpartition(".")[0]
+        return (None, None)
+
+
+def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
+    if len(raw) > max_bytes:
+        raise YamlError(f"file is {len(raw):,} bytes, over the {max_bytes:,}-byte limit for a config",
+                        path=path, fix="split the file or remove embedded data; configs are small")
+    if b"\x00" in raw[:8192]:
+        raise YamlError("file looks binary (NUL bytes), not a YAML config", path=path,
+                        fix="pass a .yaml text file")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise YamlError(f"file is not UTF-8 text (byte {exc.start})", path=path,
+                        fix="save the file as UTF-8") from None
+
+
+def read_file(path: str, max_bytes: int = MAX_BYTES) -> str:
+    """Read a config file without ever holding more than the limit in memory."""
+    with open(path, "rb") as fh:
+        raw = fh.read(max_bytes + 1)
+    return decode(raw, path, max_bytes)
+
+
+def _mark(mark) -> tuple[int, int]:
+    return (mark.line + 1, mark.column + 1)
+
+
+def _scan_limits(text: str, path: str) -> None:
+    depth = aliases = events = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            events += 1
+            if events > MAX_EVENTS:
+                raise YamlError(f"more than {MAX_EVENTS:,} YAML events", path=path,
+                                fix="a config is a few hundred keys; remove generated data")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line, col = _mark(event.start_mark)
+                    raise YamlError(f"nesting deeper than {MAX_DEPTH} levels", path=path, line=line,
+                                    column=col, fix="flatten the structure")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    line, col = _mark(event.start_mark)
+                    raise YamlError(f"more than {MAX_ALIASES} aliases", path=path, line=line, column=col,
+                                    fix="write the values out instead of using many *aliases")
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, path) from None
+
+
+def _syntax_error(exc: yaml.YAMLError, path: str) -> YamlError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    line, col = _mark(mark) if mark is not None else (None, None)
+    return YamlError(f"YAML syntax error: {problem}", path=path, line=line, column=col,
+                     fix="check indentation, colons and quotes at that line")
+
+
+class _Builder:
+    """Builds plain Python objects from composed nodes, with positions and a node budget."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.nodes = 0
+        self.positions: dict[str, tuple[int, int]] = {}
+        self.duplicates: list[tuple[str, int, int]] = []
+        self.scalars = SafeConstructor()
+
+    def build(self, node: Node, key_path: str = "") -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            line, col = _mark(node.start_mark)
+            raise YamlError(f"expands to more than {MAX_NODES:,} values (alias expansion)", path=self.path,
+                            line=line, column=col, fix="remove the nested *aliases")
+        if node.tag not in ALLOWED_TAGS and node.tag != TIMESTAMP_TAG:
+            line, col = _mark(node.start_mark)
+            raise YamlError(f"YAML tag {node.tag!r} is not allowed in a config", path=self.path, line=line,
+                            column=col, fix="remove the tag; configs hold plain data only")
+        if isinstance(node, ScalarNode):
+            if node.tag == TIMESTAMP_TAG:
+                return node.value  # dates stay the text the author wrote
+            if node.tag == STR_TAG and not node.style and _BARE_FLOAT.match(node.value):
+                return float(node.value)
+            try:
+                return self.scalars.construct_object(node)
+            except ConstructorError as exc:
+                line, col = _mark(node.start_mark)
+                raise YamlError(f"unsupported YAML value: {exc.problem}", path=self.path, line=line,
+                                column=col, fix="use plain YAML scalars; tags like !!python/* are refused")
+        if isinstance(node, SequenceNode):
+            return [self.build(item, f"{key_path}[{i}]") for i, item in enumerate(node.value)]
+        if isinstance(node, MappingNode):
+            return self._mapping(node, key_path)
+        raise YamlError(f"unsupported YAML node {node.tag}", path=self.path)  # pragma: no cover
+
+    def _mapping(self, node: MappingNode, key_path: str) -> dict:
+        result: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                merged = self.build(value_node, key_path)
+                for part in merged if isinstance(merged, list) else [merged]:
+                    if isinstance(part, dict):
+                        for k, v in part.items():
+                            result.setdefault(k, v)
+                continue
+            key = self.build(key_node, key_path)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                line, col = _mark(key_node.start_mark)
+                raise YamlError("mapping keys must be plain scalars", path=self.path, line=line, column=col)
+            key = str(key)
+            child = f"{key_path}.{key}" if key_path else key
+            line, col = _mark(key_node.start_mark)
+            if key in result:
+                self.duplicates.append((child, line, col))
+            self.positions[child] = (line, col)
+            result[key] = self.build(value_node, child)
+        return result
+
+
+def _check_expansion(root: Node, path: str) -> None:
+    """Refuse an alias bomb before building it: count values after alias expansion,
+    memoised per node so the count itself costs only the size of the file."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, MappingNode) else node.value
+        if children_done:
+            total = 1 + sum(sizes[id(c)] for c in children)
+            sizes[id(node)] = total
+            if total > MAX_NODES:
+                line, col = _mark(node.start_mark)
+                raise YamlError(f"expands to more than {MAX_NODES:,} values (alias expansion)", path=path,
+                                line=line, column=col, fix="remove the nested *aliases")
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
+def load_yaml(text: str, path: str = "<string>") -> Document:
+    """Parse one config document. Raises YamlError for anything that is not a usable mapping."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlError(f"document is over the {MAX_BYTES:,}-byte limit for a config", path=path)
+    if not text.strip():
+        raise YamlError("file is empty", path=path, fix="a config needs at least a `model` section")
+    _scan_limits(text, path)
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, path) from None
+    if node is None:
+        raise YamlError("file holds no YAML document (only comments?)", path=path,
+                        fix="a config needs at least a `model` section")
+    if not isinstance(node, MappingNode):
+        line, col = _mark(node.start_mark)
+        kind = "a list" if isinstance(node, SequenceNode) else "a single value"
+        raise YamlError(f"top level is {kind}, not a mapping of sections", path=path, line=line, column=col,
+                        fix="start the file with sections such as `model:` and `step_scheduler:`")
+    _check_expansion(node, path)
+    builder = _Builder(path)
+    data = builder.build(node)
+    return Document(data=data, positions=builder.positions, duplicates=builder.duplicates, path=path)
+
+
+class OverrideError(ValueError):
+    pass
+
+
+def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
+    """``--a.b v`` and ``--a.b=v`` pairs; values typed the way YAML types them."""
+    pairs: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise OverrideError(f"unexpected argument {arg!r}: overrides look like --section.key value")
+        key, eq, raw = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise OverrideError(f"override --{key} needs a value: --{key} VALUE or --{key}=VALUE")
+            raw = argv[i + 1]
+            i += 1
+        i += 1
+        if not key or any(not part for part in key.split(".")):
+            raise OverrideError(f"override key {key!r} is malformed: use --section.key value")
+        pairs.append((key, _coerce(raw)))
+    return pairs
+
+
+def _coerce(raw: str) -> Any:
+    if len(raw) > 10_000:
+        raise OverrideError("override value is over 10,000 characters")
+    if _BARE_FLOAT.match(raw.strip()):
+        return float(raw)
+    try:
+        value = yaml.load(raw, Loader=_Loader)
+    except yaml.YAMLError:
+        return raw
+    # Keep strings that YAML would turn into dates or nulls by accident as given.
+    return raw if value is None and raw.strip().lower() not in ("null", "~", "none") else value
+
+
+def apply_overrides(data: dict, argv: list[str]) -> dict:
+    """A deep copy of ``data`` with ``--a.b v`` overrides applied (missing sections are created)."""
+    result = copy.deepcopy(data)
+    for key, value in parse_overrides(argv):
+        parts = key.split(".")
+        node = result
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                prefix = ".".join(parts[: depth + 1])
+                raise OverrideError(f"cannot set --{key}: {prefix} is a {type(child).__name__}, not a section")
+            node = child
+        if value == "none" or (isinstance(value, str) and value.lower() == "none"):
+            value = None
+        node[parts[-1]] = value
+    return result

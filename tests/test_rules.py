@@ -1,0 +1,177 @@
+"""Every rule: a config that breaks only that rule gets exactly that code.
+
+Models are local config.json files made here (resolution by path), so the
+cases do not depend on the bundled index's contents.
+"""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from service.rules.registry import all_rules
+from service.validate import validate_text
+
+DENSE = dict(model_type="llama", hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+             num_key_value_heads=8, head_dim=128, intermediate_size=14336, vocab_size=32000)
+MOE = dict(DENSE, model_type="qwen3_moe", num_experts=64, num_experts_per_tok=8, moe_intermediate_size=768)
+BIG = dict(DENSE, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, intermediate_size=28672)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+
+    def make(name, **cfg):
+        folder = root / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(cfg))
+        return str(folder)
+
+    return {
+        "dense": make("dense", **DENSE),
+        "moe": make("moe", **MOE),
+        "moe60": make("moe60", **dict(MOE, num_experts=60)),
+        "big": make("big", **BIG),
+        "h20kv8": make("h20kv8", **dict(DENSE, num_attention_heads=20, num_key_value_heads=4 * 2)),
+        "h48kv6": make("h48kv6", **dict(DENSE, num_attention_heads=48, num_key_value_heads=6)),
+        "kv2": make("kv2", **dict(DENSE, num_key_value_heads=2)),
+        "kv16": make("kv16", **dict(DENSE, num_key_value_heads=16)),
+        "l21": make("l21", **dict(DENSE, num_hidden_layers=21)),
+        "l30": make("l30", **dict(DENSE, num_hidden_layers=30)),
+    }
+
+
+def base(model_path):
+    return {
+        "model": {"pretrained_model_name_or_path": model_path},
+        "step_scheduler": {"global_batch_size": 64, "local_batch_size": 1, "max_steps": 10},
+        "distributed": {"strategy": "megatron", "tp_size": 2, "sequence_parallel": True},
+        "dataset": {"seq_length": 4096},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 3e-4, "weight_decay": 0.1},
+        "hardware": {"gpu_type": "h100", "gpus_per_node": 8, "num_nodes": 1},
+        "precision": "bf16",
+    }
+
+
+def codes(config: dict) -> list[str]:
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    return sorted(f.code for f in report.findings)
+
+
+def set_(config: dict, dotted: str, value):
+    node = config
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is DELETE:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
+DELETE = object()
+META = {"name": "case", "kind": "library", "mode": "pretrain", "num_gpus": 8}
+
+# (code, model, {dotted key: value})
+CASES = [
+    ("RA-L001", "h20kv8", {"distributed.tp_size": 8}),
+    ("RA-L002", "h48kv6", {"distributed.tp_size": 4}),
+    ("RA-L003", "kv2", {"distributed.tp_size": 4}),
+    ("RA-L004", "dense", {"distributed.tp_size": 1}),
+    ("RA-L005", "dense", {"distributed.sequence_parallel": False}),
+    ("RA-L006", "dense", {"distributed.tp_size": 4, "hardware.gpus_per_node": 6}),
+    ("RA-L007", "moe", {"distributed.ep_size": 16}),
+    ("RA-L008", "moe60", {"distributed.ep_size": 8}),
+    ("RA-L009", "dense", {"distributed.ep_size": 2}),
+    ("RA-L010", "dense", {"distributed.vp_size": 2}),
+    ("RA-L011", "l21", {"distributed.pp_size": 4, "distributed.vp_size": 2}),
+    ("RA-L012", "moe", {"distributed.ep_size": 4, "distributed.sequence_parallel": False}),
+    ("RA-L013", "dense", {"distributed.pp_size": 2}),
+    ("RA-L014", "dense", {"distributed.cp_size": 2, "dataset.seq_length": 4098}),
+    ("RA-L015", "kv16", {"distributed.tp_size": 16, "hardware.num_nodes": 2}),
+    ("RA-L016", "dense", {"dataset.seq_length": 16384}),
+    ("RA-B001", "dense", {"step_scheduler.global_batch_size": 30}),
+    ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
+    ("RA-P002", "dense", {"precision": "nvfp4"}),
+    ("RA-E001", "dense", {"distributed.strategy": "fsdp2", "distributed.cp_size": 2}),
+    ("RA-E002", "moe", {"distributed.strategy": "fsdp2"}),
+    ("RA-E003", "dense", {"distributed.strategy": "fsdp2", "hardware.gpu_type": "b200", "precision": "nvfp4"}),
+    ("RA-M001", "big", {"distributed.tp_size": 1, "distributed.sequence_parallel": False,
+                        "hardware.gpus_per_node": 1}),
+    ("RA-C001", "dense", {"step_scheduler.max_stepz": 10}),
+    ("RA-C002", "dense", {"step_scheduler.local_batch_size": "two"}),
+    ("RA-C004", "dense", {"model.seq_length": 8192}),
+    ("RA-C005", "dense", {"metadata": dict(META, megatron_recipe="m_pretrain_8gpu_h100_bf16_config",
+                                           precision_recipe="fp8cs")}),
+    ("RA-C006", "dense", {"metadata": dict(META, num_gpus=16)}),
+    ("RA-C007", "dense", {"metadata": dict(META, mode="sft"), "dataset.preset": "mock"}),
+    ("RA-C008", "dense", {"metadata": dict(META, mode="peft")}),
+    ("RA-C009", None, {"model.pretrained_model_name_or_path": "no-such-model-xyz"}),
+    ("RA-C010", "dense", {"hardware.gpu_type": "tpu-v9"}),
+    ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
+    ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
+]
+
+
+def test_base_config_is_clean(models):
+    assert codes(base(models["dense"])) == []
+    assert codes(base(models["moe"]) | {"distributed": {"strategy": "megatron", "tp_size": 2, "ep_size": 8,
+                                                       "sequence_parallel": True}}) == []
+
+
+@pytest.mark.parametrize("code, model, changes", CASES, ids=[c[0] for c in CASES])
+def test_each_rule_fires_alone(models, code, model, changes, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = base(models[model or "dense"])
+    for key, value in changes.items():
+        set_(config, key, copy.deepcopy(value))
+    assert codes(config) == [code]
+
+
+def test_every_registered_rule_has_a_case():
+    covered = {c[0] for c in CASES} | {"RA-C003"}  # duplicates need raw YAML: test below
+    registered = {r.code for r in all_rules()}
+    assert registered - covered <= {"RA-M002"}, registered - covered
+
+
+def test_duplicate_key_rule_points_at_the_second_key(models):
+    text = yaml.safe_dump(base(models["dense"]), sort_keys=False) + "precision: bf16\n"
+    report = validate_text(text, "dup.yaml")
+    assert [(f.code, f.line) for f in report.findings] == [("RA-C003", text.count("\n"))]
+
+
+def test_megatron_split_warning_names_the_split(models):
+    config = base(models["l30"])
+    set_(config, "distributed.pp_size", 4)
+    set_(config, "distributed.vp_size", 2)
+    findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
+    assert [(f.code, f.severity) for f in findings] == [("RA-L011", "warning")]
+    assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
+
+
+def test_target_outside_allow_list_is_never_imported(models, monkeypatch):
+    import sys
+
+    config = base(models["dense"])
+    config["loss_fn"] = {"_target_": "antigravity.fly"}
+    monkeypatch.delitem(sys.modules, "antigravity", raising=False)
+    report = validate_text(yaml.safe_dump(config), "t.yaml")
+    assert [f.code for f in report.findings] == ["RA-S001"]
+    assert "antigravity" not in sys.modules
+
+
+def test_unknown_key_gets_did_you_mean_and_line(models):
+    text = yaml.safe_dump(base(models["dense"]), sort_keys=False).replace("max_steps", "max_stepz")
+    (finding,) = validate_text(text, "k.yaml").findings
+    assert finding.code == "RA-C001" and "max_steps" in finding.fix
+    assert text.splitlines()[finding.line - 1].strip().startswith("max_stepz")
+
+
+def test_findings_carry_numbers_and_fix(models):
+    config = base(models["dense"])
+    set_(config, "step_scheduler.global_batch_size", 30)
+    (finding,) = validate_text(yaml.safe_dump(config), "b.yaml").findings
+    assert "30" in finding.message and "4" in finding.message
+    assert "28" in finding.fix and "32" in finding.fix

@@ -1,0 +1,124 @@
+"""Safe YAML loading with positions, limits, and command-line overrides."""
+
+import time
+import tracemalloc
+
+import pytest
+
+from service.yamlio import (
+    MAX_BYTES,
+    OverrideError,
+    YamlError,
+    apply_overrides,
+    decode,
+    load_yaml,
+    parse_overrides,
+)
+
+BOMB = "\n".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)]
+)
+
+
+def test_positions_of_nested_keys_and_list_items():
+    doc = load_yaml("model:\n  name: x\n  n: 3\nitems:\n  - a: 1\n", "f.yaml")
+    assert doc.data == {"model": {"name": "x", "n": 3}, "items": [{"a": 1}]}
+    assert doc.positions["model"] == (1, 1)
+    assert doc.positions["model.n"] == (3, 3)
+    assert doc.positions["items[0].a"] == (5, 5)
+    assert doc.position("model.missing.deeper") == (1, 1)
+
+
+def test_bare_exponent_floats_are_floats_but_quoted_stay_strings():
+    doc = load_yaml("lr: 1e-4\ns: '1e-4'\nd: 2024-01-01\n")
+    assert doc.data == {"lr": 1e-4, "s": "1e-4", "d": "2024-01-01"}
+
+
+def test_duplicate_keys_are_recorded():
+    doc = load_yaml("a: 1\nb: 2\na: 3\n")
+    assert doc.data["a"] == 3
+    assert doc.duplicates == [("a", 3, 1)]
+
+
+def test_merge_keys():
+    doc = load_yaml("base: &b {x: 1, y: 2}\nchild:\n  <<: *b\n  y: 5\n")
+    assert doc.data["child"] == {"x": 1, "y": 5}
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("", "empty"),
+        ("# only a comment\n", "no YAML document"),
+        ("- a\n- b\n", "top level is a list"),
+        ("42\n", "top level is a single value"),
+        ("a: b: c\n", "syntax error"),
+        ("x: !!python/object/apply:os.system [ls]\n", "not allowed"),
+        ("x: !custom 1\n", "not allowed"),
+    ],
+)
+def test_unusable_documents_raise_with_reason(text, reason):
+    with pytest.raises(YamlError) as err:
+        load_yaml(text, "bad.yaml")
+    assert reason in str(err.value)
+    assert "bad.yaml" in str(err.value)
+
+
+def test_syntax_error_reports_the_line():
+    with pytest.raises(YamlError) as err:
+        load_yaml("model:\n  a: 1\n  b: [1, 2\nc: 3\n", "s.yaml")
+    assert err.value.line is not None and err.value.line >= 3
+
+
+def test_alias_bomb_rejected_fast_and_bounded():
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(YamlError, match="alias"):
+        load_yaml(BOMB)
+    elapsed = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert elapsed < 1.0
+    assert peak < 20 * 1024 * 1024
+
+
+def test_deep_nesting_rejected():
+    with pytest.raises(YamlError, match="nesting|depth"):
+        load_yaml("a: " + "[" * 10_000 + "]" * 10_000)
+    with pytest.raises(YamlError, match="nesting"):
+        load_yaml("a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 80)) + "  " * 80 + "v: 1\n")
+
+
+def test_size_binary_and_encoding_limits():
+    with pytest.raises(YamlError, match="limit"):
+        decode(b"a: 1\n" * (MAX_BYTES // 4), "big.yaml")
+    with pytest.raises(YamlError, match="binary"):
+        decode(b"\x7fELF\x00\x00\x01", "prog.yaml")
+    with pytest.raises(YamlError, match="UTF-8"):
+        decode(b"a: \xff\xfe\n", "latin.yaml")
+
+
+def test_overrides_both_spellings_and_types():
+    pairs = parse_overrides(["--optimizer.lr", "1e-4", "--distributed.tp_size=2", "--a.flag", "true",
+                             "--a.list=[1, 2]", "--a.name", "llama"])
+    assert pairs == [("optimizer.lr", 1e-4), ("distributed.tp_size", 2), ("a.flag", True),
+                     ("a.list", [1, 2]), ("a.name", "llama")]
+
+
+def test_apply_overrides_copies_and_creates_sections():
+    data = {"optimizer": {"lr": 1.0}}
+    out = apply_overrides(data, ["--optimizer.lr=0.5", "--new.key", "3"])
+    assert out == {"optimizer": {"lr": 0.5}, "new": {"key": 3}}
+    assert data == {"optimizer": {"lr": 1.0}}
+
+
+@pytest.mark.parametrize("argv", [["--a.b"], ["plain"], ["--"], ["--a..b", "1"]])
+def test_bad_overrides_explain(argv):
+    with pytest.raises(OverrideError):
+        parse_overrides(argv)
+
+
+def test_override_into_a_scalar_is_refused():
+    with pytest.raises(OverrideError, match="not a section"):
+        apply_overrides({"a": 1}, ["--a.b", "2"])

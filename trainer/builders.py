@@ -1,0 +1,153 @@
+"""Build recipe components from ``_target_`` config sections.
+
+A section such as ``optimizer: {_target_: torch.optim.AdamW, lr: 3e-4}`` names a
+callable; its other keys are keyword arguments (the Hydra / NeMo AutoModel
+convention). Configs are data: a target is checked against an allow-list of
+module prefixes *before anything is imported*, every step of the dotted path
+must stay inside the allow-list, and private names are refused. A target
+outside it (``os.system``, ``builtins.eval``, ...) is a ConfigError naming the
+key, never an import.
+
+No torch import at module level: ``resolve_target`` is also usable by tools
+that only validate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import types
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from trainer.overrides import ConfigError, FieldError
+
+ALLOWED_TARGET_PREFIXES: tuple[str, ...] = ("torch.optim.", "torch.nn.", "trainer.")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+_DOTTED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
+
+
+def _allowed(dotted: str) -> bool:
+    return any(dotted.startswith(prefix) for prefix in ALLOWED_TARGET_PREFIXES)
+
+
+def check_target(target: Any, key: str) -> str:
+    """Refuse a target outside the allow-list, without importing anything. Returns the target."""
+    if not isinstance(target, str) or not _DOTTED.match(target):
+        raise ConfigError(
+            f"{key}._target_: {target!r} is not a dotted Python path like torch.optim.AdamW "
+            "(public names only: no leading underscores)"
+        )
+    if not _allowed(target):
+        raise ConfigError(
+            f"{key}._target_: {target!r} is outside the allowed module prefixes "
+            f"({', '.join(ALLOWED_TARGET_PREFIXES)}); configs are data and may only name those callables"
+        )
+    return target
+
+
+def resolve_target(target: Any, key: str) -> Callable[..., Any]:
+    """Import and return the callable that ``target`` names, staying inside the allow-list."""
+    check_target(target, key)
+    parts = target.split(".")
+    module: Optional[types.ModuleType] = None
+    split = len(parts)
+    while split > 1:
+        name = ".".join(parts[:split])
+        if _allowed(name + "."):
+            try:
+                module = importlib.import_module(name)
+                break
+            except ModuleNotFoundError as exc:
+                # Only "this prefix is not a module" is expected; a missing dependency is real.
+                if exc.name is None or not name.startswith(exc.name):
+                    raise ConfigError(f"{key}._target_: importing {name} failed: {exc}") from None
+        split -= 1
+    if module is None:
+        raise ConfigError(f"{key}._target_: no module found for {target!r}")
+    obj: Any = module
+    for depth in range(split, len(parts)):
+        try:
+            obj = getattr(obj, parts[depth])
+        except AttributeError:
+            where = ".".join(parts[:depth])
+            raise ConfigError(f"{key}._target_: {where} has no attribute {parts[depth]!r}") from None
+        # A module re-exported under an allowed name (e.g. `torch.nn.modules.module.sys`) must not
+        # become a way out of the allow-list.
+        if isinstance(obj, types.ModuleType) and not _allowed(obj.__name__ + "."):
+            raise ConfigError(f"{key}._target_: {target!r} reaches module {obj.__name__}, outside the allow-list")
+    if not callable(obj) or isinstance(obj, types.ModuleType):
+        raise ConfigError(f"{key}._target_: {target!r} is not callable")
+    owner = getattr(obj, "__module__", None) or ""
+    if not _allowed(owner + "."):
+        raise ConfigError(f"{key}._target_: {target!r} is defined in {owner}, outside the allow-list")
+    return obj
+
+
+def instantiate(section: Mapping[str, Any], key: str, **defaults: Any) -> Any:
+    """Call ``section['_target_']`` with the section's other keys as kwargs.
+
+    ``defaults`` fill keyword arguments the section leaves out, but only those the
+    callable accepts (so a dataset gets the model's ``vocab_size`` only if it asks).
+    Positional arguments are not supported on purpose: a config names every value.
+    """
+    target = section.get("_target_")
+    if target is None:
+        raise ConfigError(f"{key}: no _target_ given; name the callable, e.g. {key}._target_: ...")
+    fn = resolve_target(target, key)
+    kwargs = {k: v for k, v in section.items() if k != "_target_"}
+    accepted = _accepted_kwargs(fn)
+    for name, value in defaults.items():
+        if name not in kwargs and (accepted is None or name in accepted):
+            kwargs[name] = value
+    if accepted is not None:
+        unknown = sorted(set(kwargs) - accepted)
+        if unknown:
+            raise ConfigError(
+                f"{key}: {target} takes no argument(s) {', '.join(unknown)}; "
+                f"it accepts {', '.join(sorted(accepted)) or 'none'}"
+            )
+    try:
+        return fn(**kwargs)
+    except FieldError as exc:
+        raise ConfigError(f"{key}.{exc.field}: {exc.reason}") from None
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: {target}({_fmt_kwargs(kwargs)}) failed: {exc}") from None
+
+
+def _accepted_kwargs(fn: Callable[..., Any]) -> Optional[set[str]]:
+    """Keyword names ``fn`` accepts, or None when it takes **kwargs (anything goes)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    names = set()
+    for name, p in sig.parameters.items():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            return None
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            names.add(name)
+    names.discard("self")
+    return names
+
+
+def _fmt_kwargs(kwargs: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k not in ("params",))
+
+
+def resolve_data_path(path: Any, field: str = "path") -> Path:
+    """An absolute path, or relative to the working directory, else to the project root
+    (so bundled recipes can name ``recipe_index/data/...`` from anywhere)."""
+    if not isinstance(path, str) or not path:
+        raise FieldError(field, f"expected a file path, got {path!r}")
+    candidate = Path(path).expanduser()
+    tried = [candidate] if candidate.is_absolute() else [Path.cwd() / candidate, PROJECT_ROOT / candidate]
+    for option in tried:
+        if option.exists():
+            return option
+    raise FieldError(field, f"file {path!r} not found (looked in {', '.join(str(p) for p in tried)}); "
+                            "fix the path or create the file")

@@ -1,0 +1,299 @@
+"""Checkpoints: layout, atomic publication, discovery, compatibility, retention.
+
+Layout of ``checkpoint_dir`` (DESIGN.md)::
+
+    training.jsonl, validation.jsonl
+    LATEST                          name of the newest complete checkpoint
+    epoch_<E>_step_<S>/
+        .complete                   written last; a folder without it is never taken
+        config.yaml                 the effective config of the run
+        signature.json              the model signature (architecture + PEFT) for compatibility checks
+        model/consolidated/         Hugging Face config.json + safetensors (transformers loads it)
+        model/adapter_model.safetensors, model/adapter_config.json    (LoRA runs)
+        optim/                      optimizer state, torch.distributed.checkpoint (sharded, one file per rank)
+        trainer_state.pt            step scheduler, LR scheduler, data position
+        rng/rank_<r>.pt             torch / python / numpy RNG of each rank
+
+Design choice: the model is written once, consolidated (gathered to rank 0), because
+that copy is the deliverable and it also restores exactly (fp32 weights round-trip
+bit for bit). The optimizer, 2x the model in fp32, is written sharded with
+torch.distributed.checkpoint, so no rank ever holds the full optimizer state; DCP
+also reshards, so a run may resume on a different data-parallel size.
+
+Publication: everything is written into ``.tmp_epoch_<E>_step_<S>/``; after a barrier
+rank 0 fsyncs every file, writes ``.complete``, renames the folder to its final name
+(atomic on POSIX), fsyncs the parent, then replaces ``LATEST`` the same way. A run
+killed at any point leaves either a complete checkpoint or a ``.tmp_`` folder that
+discovery ignores and the next run deletes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from trainer.overrides import ConfigError
+
+COMPLETE_MARKER = ".complete"
+LATEST_FILE = "LATEST"
+TMP_PREFIX = ".tmp_"
+if TYPE_CHECKING:
+    import torch
+
+_NAME = re.compile(r"^epoch_(\d+)_step_(\d+)$")
+
+# Fields of the model signature; a checkpoint whose values differ cannot be loaded into this model.
+SIGNATURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings",
+                    "attention_bias")
+
+
+def checkpoint_name(epoch: int, step: int) -> str:
+    return f"epoch_{epoch}_step_{step}"
+
+
+def is_complete(path: Path) -> bool:
+    return path.is_dir() and _NAME.match(path.name) is not None and (path / COMPLETE_MARKER).is_file()
+
+
+def list_complete(checkpoint_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (by step, then epoch)."""
+    if not checkpoint_dir.is_dir():
+        return []
+    found = [p for p in checkpoint_dir.iterdir() if is_complete(p)]
+
+    def order(p: Path) -> tuple[int, int]:
+        epoch, step = _NAME.match(p.name).groups()
+        return int(step), int(epoch)
+
+    return sorted(found, key=order)
+
+
+def find_latest(checkpoint_dir: Path) -> Optional[Path]:
+    """The checkpoint LATEST names when it is complete, else the newest complete one."""
+    latest = checkpoint_dir / LATEST_FILE
+    if latest.is_file():
+        named = checkpoint_dir / latest.read_text(encoding="utf-8").strip()
+        if is_complete(named):
+            return named
+    complete = list_complete(checkpoint_dir)
+    return complete[-1] if complete else None
+
+
+def resolve_restore(restore_from: Optional[str], checkpoint_dir: Path) -> tuple[Optional[Path], bool]:
+    """(checkpoint to restore or None, whether the user asked for it explicitly).
+
+    ``None``: auto-resume from the newest complete checkpoint in ``checkpoint_dir``, if any.
+    ``LATEST``: the same, stated explicitly (nothing there yet means a fresh start).
+    A name (``epoch_0_step_100``, under checkpoint_dir) or a path: must be a complete checkpoint.
+    """
+    if restore_from is None or restore_from == "LATEST":
+        return find_latest(checkpoint_dir), restore_from is not None
+    candidates = [Path(restore_from).expanduser()]
+    if not candidates[0].is_absolute():
+        candidates.insert(0, checkpoint_dir / restore_from)
+    for path in candidates:
+        if path.is_dir():
+            if not is_complete(path):
+                raise ConfigError(
+                    f"restore_from.path: {path} is not a complete checkpoint (no {COMPLETE_MARKER}: an "
+                    "interrupted save, or not a checkpoint folder); name a complete epoch_<E>_step_<S> "
+                    "folder or LATEST"
+                )
+            return path, True
+    available = ", ".join(p.name for p in list_complete(checkpoint_dir)) or "none"
+    raise ConfigError(
+        f"restore_from.path: {restore_from!r} does not exist (looked in {', '.join(map(str, candidates))}); "
+        f"complete checkpoints in {checkpoint_dir}: {available}. Use LATEST, one of those names, or a path"
+    )
+
+
+# ----------------------------------------------------------------------------- compatibility
+
+def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The architecture fields that decide whether weights fit, plus the PEFT setup (it changes the format)."""
+    sig = {name: getattr(model_config, name, None) for name in SIGNATURE_FIELDS}
+    if peft:
+        sig["peft"] = {"method": peft.get("method", "lora"), "rank": peft.get("rank"),
+                       "alpha": float(peft.get("alpha", 0.0)),
+                       "target_modules": sorted(peft.get("target_modules") or [])}
+    else:
+        sig["peft"] = None
+    return sig
+
+
+def _normalise(value: Any) -> Any:
+    # YAML/JSON round trips turn tuples into lists and may turn 16 into 16.0.
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in sorted(value.items())}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def signature_differences(current: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """``field: checkpoint X, this run Y`` for each field that differs."""
+    diffs = []
+    for key in sorted(set(current) | set(saved)):
+        now, then = _normalise(current.get(key)), _normalise(saved.get(key))
+        if now != then:
+            diffs.append(f"{key}: checkpoint {then!r}, this run {now!r}")
+    return diffs
+
+
+def read_signature(ckpt: Path) -> dict[str, Any]:
+    path = ckpt / "signature.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+# ----------------------------------------------------------------------------- publication
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            _fsync_path(Path(dirpath) / name)
+        _fsync_path(Path(dirpath))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_path(path.parent)
+
+
+class CheckpointDir:
+    """Rank-0 file operations on ``checkpoint_dir``; callers put barriers around them."""
+
+    def __init__(self, root: Path, keep_last: Optional[int] = None):
+        self.root = Path(root)
+        self.keep_last = keep_last
+
+    def staging(self, epoch: int, step: int) -> Path:
+        return self.root / f"{TMP_PREFIX}{checkpoint_name(epoch, step)}"
+
+    def prepare_staging(self, epoch: int, step: int) -> Path:
+        tmp = self.staging(epoch, step)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def remove_stale_staging(self) -> list[Path]:
+        """Delete ``.tmp_`` folders left by runs that died while saving."""
+        stale = [p for p in self.root.glob(f"{TMP_PREFIX}*") if p.is_dir()] if self.root.is_dir() else []
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale
+
+    def publish(self, tmp: Path, epoch: int, step: int) -> Path:
+        """fsync, mark complete, rename into place, point LATEST at it, apply retention."""
+        final = self.root / checkpoint_name(epoch, step)
+        fsync_tree(tmp)
+        write_atomic(tmp / COMPLETE_MARKER, json.dumps({"epoch": epoch, "step": step, "time": time.time()}))
+        if final.exists():
+            # Re-saving a step (a run restarted from an older checkpoint): retire the old copy first.
+            retired = self.root / f"{TMP_PREFIX}retired_{final.name}"
+            (final / COMPLETE_MARKER).unlink(missing_ok=True)
+            final.rename(retired)
+            shutil.rmtree(retired, ignore_errors=True)
+        tmp.rename(final)
+        _fsync_path(self.root)
+        write_atomic(self.root / LATEST_FILE, final.name + "\n")
+        self.apply_retention()
+        return final
+
+    def apply_retention(self) -> list[Path]:
+        """Keep the newest ``keep_last`` complete checkpoints; the marker goes first so a half-deleted
+        folder is never mistaken for a checkpoint."""
+        if not self.keep_last:
+            return []
+        complete = list_complete(self.root)
+        doomed = complete[: max(len(complete) - self.keep_last, 0)]
+        for path in doomed:
+            (path / COMPLETE_MARKER).unlink(missing_ok=True)
+            shutil.rmtree(path, ignore_errors=True)
+        return doomed
+
+
+# ----------------------------------------------------------------------------- state files
+
+def rng_state() -> dict[str, Any]:
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+    except ImportError:
+        return state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, path)
+
+
+def load_torch(path: Path) -> Any:
+    import torch
+
+    # weights_only: a checkpoint is data; never unpickle arbitrary objects from it.
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def save_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Sharded optimizer state via torch.distributed.checkpoint (collective: every rank calls it)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(path))
+
+
+def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Load into the (already sharded) optimizer; the template's states are created by a zero step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=str(path))
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])

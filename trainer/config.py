@@ -1,0 +1,235 @@
+"""The config schema shared by the trainer, the validator and the planner.
+
+Pure pydantic: this module must never import torch, so that validating and
+serving stay fast and torch-free. A config is plain data (YAML, AutoModel
+style). A mapping with ``_target_`` names a callable and its other keys are
+keyword arguments; such sections accept any keys here (the validator checks
+them against the callable's signature for allow-listed targets).
+
+Sections and the keys other tools rely on are listed in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+STRATEGIES = ("fsdp2", "ddp", "megatron")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
+RECOMPUTE = ("none", "selective", "full")
+MODES = ("pretrain", "sft", "peft")
+
+
+class _Plain(BaseModel):
+    """A section of plain data: unknown keys are rejected (and reported with a did-you-mean)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class _Target(BaseModel):
+    """A section that may name a callable in ``_target_``; other keys are its kwargs."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    target: Optional[str] = Field(default=None, alias="_target_")
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RecipeSection(_Target):
+    """Which recipe class runs the config (``trainer.recipes.TrainFinetuneRecipe``)."""
+
+
+class MetadataSection(_Plain):
+    """Index metadata of a bundled recipe. Not read by the trainer."""
+
+    name: str
+    kind: Literal["library", "benchmark", "bundled"] = "library"
+    family: Optional[str] = None
+    model: Optional[str] = None
+    mode: Literal["pretrain", "sft", "peft"] = "pretrain"
+    hardware: Optional[str] = None
+    num_gpus: Optional[int] = Field(default=None, ge=1)
+    source: Optional[str] = None
+    megatron_recipe: Optional[str] = None
+    megatron_aliases: list[str] = Field(default_factory=list)
+    precision_recipe: Optional[str] = None
+    description: Optional[str] = None
+
+
+class ModelSection(_Target):
+    pretrained_model_name_or_path: Optional[str] = None
+    # Megatron keeps a model-side sequence length; the runner syncs it to dataset.seq_length.
+    seq_length: Optional[int] = Field(default=None, ge=1)
+
+
+class StepSchedulerSection(_Plain):
+    global_batch_size: int = Field(default=32, ge=1)
+    local_batch_size: int = Field(default=1, ge=1)
+    max_steps: Optional[int] = Field(default=None, ge=1)
+    num_epochs: int = Field(default=1, ge=1)
+    val_check_interval: Optional[int] = Field(default=None, ge=1)
+    checkpoint_interval: Optional[int] = Field(default=None, ge=1)
+    log_interval: int = Field(default=1, ge=1)
+
+
+class DistributedSection(_Plain):
+    strategy: Literal["fsdp2", "ddp", "megatron"] = "fsdp2"
+    tp_size: int = Field(default=1, ge=1)
+    pp_size: int = Field(default=1, ge=1)
+    vp_size: Optional[int] = Field(default=None, ge=1)
+    cp_size: int = Field(default=1, ge=1)
+    ep_size: int = Field(default=1, ge=1)
+    etp_size: Optional[int] = Field(default=None, ge=1)
+    sequence_parallel: bool = False
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    # Process-group backend: auto picks nccl with CUDA, gloo otherwise.
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # Megatron: shard optimizer states over DP (distributed optimizer). FSDP2 always shards.
+    use_distributed_optimizer: Optional[bool] = None
+
+
+class DatasetSection(_Target):
+    seq_length: Optional[int] = Field(default=None, ge=1)
+
+
+class DataloaderSection(_Plain):
+    num_workers: int = Field(default=0, ge=0)
+    pin_memory: bool = False
+    shuffle: bool = True
+    drop_last: bool = True
+
+
+class OptimizerSection(_Target):
+    pass
+
+
+class LRSchedulerSection(_Plain):
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int = Field(default=0, ge=0)
+    min_lr: float = Field(default=0.0, ge=0.0)
+    decay_steps: Optional[int] = Field(default=None, ge=1)
+
+
+class LossSection(_Target):
+    pass
+
+
+class ClipGradSection(_Plain):
+    max_norm: Optional[float] = Field(default=1.0, gt=0.0)
+
+
+class CompileSection(_Plain):
+    enabled: bool = False
+    mode: Optional[str] = None
+    backend: str = "inductor"
+    dynamic: bool = False
+
+
+class PeftSection(_Plain):
+    method: Literal["lora"] = "lora"
+    rank: int = Field(default=8, ge=1)
+    alpha: float = Field(default=16.0, gt=0.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    merge_on_save: bool = False
+
+
+class CheckpointSection(_Plain):
+    enabled: bool = True
+    checkpoint_dir: str = "checkpoints"
+    keep_last: Optional[int] = Field(default=None, ge=1)
+    save_consolidated: bool = True
+
+
+class RestoreSection(_Plain):
+    path: Optional[str] = None
+
+
+class RngSection(_Plain):
+    seed: int = 1234
+
+
+class HardwareSection(_Plain):
+    gpu_type: str = "h100"
+    gpus_per_node: int = Field(default=8, ge=1)
+    num_nodes: int = Field(default=1, ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+class RecipeConfig(_Plain):
+    """The whole config. Sections absent from the YAML take their defaults."""
+
+    metadata: Optional[MetadataSection] = None
+    recipe: RecipeSection = Field(default_factory=RecipeSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    step_scheduler: StepSchedulerSection = Field(default_factory=StepSchedulerSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
+    dataset: DatasetSection = Field(default_factory=DatasetSection)
+    validation_dataset: Optional[DatasetSection] = None
+    dataloader: DataloaderSection = Field(default_factory=DataloaderSection)
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    lr_scheduler: LRSchedulerSection = Field(default_factory=LRSchedulerSection)
+    loss_fn: LossSection = Field(default_factory=LossSection)
+    clip_grad_norm: ClipGradSection = Field(default_factory=ClipGradSection)
+    compile: CompileSection = Field(default_factory=CompileSection)
+    peft: Optional[PeftSection] = None
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    restore_from: Optional[RestoreSection] = None
+    rng: RngSection = Field(default_factory=RngSection)
+    hardware: HardwareSection = Field(default_factory=HardwareSection)
+    precision: Literal["bf16", "fp16", "fp32", "fp8", "nvfp4"] = "bf16"
+
+    @model_validator(mode="after")
+    def _etp_default(self) -> "RecipeConfig":
+        # Bridge's finalize(): ETP unset becomes 1 when EP > 1, else TP (mbridge_rules.md 3a).
+        d = self.distributed
+        if d.etp_size is None:
+            d.etp_size = 1 if d.ep_size > 1 else d.tp_size
+        return self
+
+    @property
+    def seq_length(self) -> Optional[int]:
+        return self.dataset.seq_length or self.model.seq_length
+
+
+# Sections whose mapping may carry `_target_` and free keyword arguments.
+TARGET_SECTIONS = ("recipe", "model", "dataset", "validation_dataset", "optimizer", "loss_fn")
+
+
+def section_fields(section: str) -> set[str]:
+    """Known keys of a section (aliases included), for unknown-key findings."""
+    field = RecipeConfig.model_fields.get(section)
+    if field is None:
+        return set()
+    model_type = _section_type(section)
+    if model_type is None:
+        return set()
+    names = set()
+    for name, f in model_type.model_fields.items():
+        names.add(f.alias or name)
+    return names
+
+
+def _section_type(section: str) -> Optional[type[BaseModel]]:
+    field = RecipeConfig.model_fields[section]
+    ann = field.annotation
+    for candidate in getattr(ann, "__args__", (ann,)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def top_level_keys() -> set[str]:
+    return set(RecipeConfig.model_fields)
+
+
+def parse_config(data: dict[str, Any]) -> RecipeConfig:
+    """Validate a plain mapping into a RecipeConfig (raises pydantic.ValidationError)."""
+    return RecipeConfig.model_validate(data)

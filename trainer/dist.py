@@ -1,0 +1,130 @@
+"""Process-group setup and teardown for torchrun, Slurm ``srun`` and plain single-process runs.
+
+Rank and world size come from torchrun's ``RANK/WORLD_SIZE/LOCAL_RANK``, else from
+Slurm's ``SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID`` (the rendezvous address is the
+first host of the job's node list), else the run is one process on a free local
+port. The backend is NCCL with CUDA and gloo without, unless the config says.
+
+Exit: gloo can abort while the interpreter tears down, so a worker finishes with a
+barrier (on success), ``destroy_process_group``, a flush, and ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Mapping, MutableMapping
+
+import torch
+import torch.distributed as dist
+
+from trainer.overrides import ConfigError
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``gpu[07-09,12],cpu01`` -> ``gpu07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        raise ValueError(f"cannot read the Slurm node list {nodelist!r}")
+    prefix, ranges = match.group(1), match.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def read_launch_env(env: MutableMapping[str, str] = os.environ) -> tuple[int, int, int]:
+    """(rank, world_size, local_rank); fills ``MASTER_ADDR/PORT`` for Slurm and single-process runs."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if "MASTER_ADDR" not in env:
+            if not nodelist:
+                raise ConfigError("Slurm run without SLURM_JOB_NODELIST: set MASTER_ADDR to the first node")
+            env["MASTER_ADDR"] = first_host(nodelist)
+        # A port derived from the job id keeps two jobs sharing a node apart.
+        env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", str(_free_port()))
+    return 0, 1, 0
+
+
+def pick_backend(requested: str, cuda_available: bool) -> str:
+    if requested == "auto":
+        return "nccl" if cuda_available else "gloo"
+    if requested == "nccl" and not cuda_available:
+        raise ConfigError("distributed.backend: nccl needs CUDA GPUs and none is visible; use gloo or auto")
+    return requested
+
+
+def init_distributed(backend: str = "auto", timeout_s: float = 600.0,
+                     env: MutableMapping[str, str] = os.environ) -> DistInfo:
+    rank, world_size, local_rank = read_launch_env(env)
+    chosen = pick_backend(backend, torch.cuda.is_available())
+    if chosen == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend=chosen, rank=rank, world_size=world_size,
+            init_method=f"tcp://{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=device if chosen == "nccl" else None,
+        )
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, backend=chosen, device=device)
+
+
+def is_main_process() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+    return tensor
+
+
+def exit_process(code: int, env: Mapping[str, str] = os.environ) -> None:
+    """Leave without letting interpreter teardown race the process group (gloo aborts otherwise)."""
+    if dist.is_initialized():
+        try:
+            if code == 0:
+                dist.barrier()
+            dist.destroy_process_group()
+        except Exception:  # a peer already gone: nothing left to synchronise with
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

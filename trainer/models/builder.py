@@ -1,0 +1,234 @@
+"""Build a `CausalLM` from a name or path: resolve its config, construct on the meta device, then
+materialise with a deterministic init or Hugging Face weights.
+
+Resolution order: a local folder / `config.json`, then `recipe_index.resolve_model` (bundled ids,
+aliases, hub ids), then the Hugging Face hub (`HF_HUB_OFFLINE` honoured). Weights come from the
+local folder or a hub snapshot.
+
+Determinism: every parameter is drawn from its own generator seeded by (seed, Hugging Face name),
+as a full tensor, and only then sliced to the local shard. The same seed therefore gives the same
+weights on one process or many, sharded or not, built on CPU or on the meta device.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import torch
+from torch import nn
+
+from trainer.hf_io import SafetensorsReader, WeightsNotFoundError, has_hf_weights
+from trainer.models.config import DecoderConfig, ModelConfigError
+from trainer.models.decoder import CausalLM
+
+# Prefixes that wrappers insert into parameter names (DDP, checkpoint_wrapper, torch.compile).
+_WRAPPER_PARTS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """How a meta-device model gets its values when it is materialised."""
+
+    seed: int = DEFAULT_SEED
+    weights_path: Optional[str] = None
+
+
+def clean_fqn(name: str) -> str:
+    """The Hugging Face name of a parameter, whatever wrappers sit around the model."""
+    for part in _WRAPPER_PARTS:
+        name = name.replace(part, "")
+    return name[len("module.") :] if name.startswith("module.") else name
+
+
+def unwrap_model(model: nn.Module) -> CausalLM:
+    """The `CausalLM` inside DDP (FSDP2 and TP keep the class, so they need no unwrapping)."""
+    for module in model.modules():
+        if isinstance(module, CausalLM):
+            return module
+    raise TypeError(f"{type(model).__name__} holds no CausalLM")
+
+
+def named_parameters_hf(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """(Hugging Face name, parameter), each shared parameter once (tied lm_head is skipped)."""
+    for name, param in model.named_parameters():
+        yield clean_fqn(name), param
+
+
+@torch.no_grad()
+def assign_full_tensor(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a full (unsharded) tensor into a parameter, keeping only the local shard of a DTensor."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if tuple(full.shape) != tuple(param.shape):
+        raise ValueError(f"shape {tuple(full.shape)} does not match the parameter's {tuple(param.shape)}")
+    if isinstance(param, DTensor):
+        full = full.to(device=param.to_local().device, dtype=param.dtype)
+        # src_data_rank=None: every rank holds the same full tensor, so slice locally, no broadcast.
+        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+        param.to_local().copy_(shard.to_local())
+    else:
+        param.copy_(full.to(device=param.device, dtype=param.dtype))
+
+
+def _generator_seed(seed: int, name: str) -> int:
+    return (seed * 0x9E3779B1 + zlib.crc32(name.encode())) % (2**63)
+
+
+def initial_value(name: str, shape: torch.Size, std: float, seed: int, device: torch.device) -> torch.Tensor:
+    """The init of one parameter by name: norms 1, biases 0, the rest N(0, std) (transformers' scheme)."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, device=device)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, device=device)
+    gen = torch.Generator(device=device).manual_seed(_generator_seed(seed, name))
+    return torch.empty(shape, device=device).normal_(0.0, std, generator=gen)
+
+
+def _param_device(param: torch.Tensor) -> torch.device:
+    from torch.distributed.tensor import DTensor
+
+    return param.to_local().device if isinstance(param, DTensor) else param.device
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, seed: int = DEFAULT_SEED) -> None:
+    """Deterministic init (same seed, same weights, whatever the world size or sharding)."""
+    std = unwrap_model(model).config.initializer_range
+    for name, param in named_parameters_hf(model):
+        assign_full_tensor(param, initial_value(name, param.shape, std, seed, _param_device(param)))
+
+
+@torch.no_grad()
+def load_weights_into(model: nn.Module, weights_path: str | os.PathLike) -> None:
+    """Fill every parameter from Hugging Face safetensors, by name; sharded parameters take their slice."""
+    reader = SafetensorsReader(weights_path)
+    params = dict(named_parameters_hf(model))
+    missing = sorted(set(params) - set(reader.keys()))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise WeightsNotFoundError(f"{weights_path}: weights lack {shown}; is this checkpoint for this config?")
+    for name, param in params.items():
+        assign_full_tensor(param, reader.get(name))
+
+
+def materialize(model: nn.Module, device: str | torch.device, source: Optional[InitSource] = None) -> nn.Module:
+    """Allocate a meta-device model (sharded or not) on `device` and fill it from its `InitSource`."""
+    source = source or getattr(unwrap_model(model), "init_source", None) or InitSource()
+    model.to_empty(device=device)
+    inner = unwrap_model(model)
+    if inner.config.tie_word_embeddings and inner.lm_head.weight is not inner.model.embed_tokens.weight:
+        inner.tie_weights()
+    if source.weights_path:
+        load_weights_into(model, source.weights_path)
+    else:
+        init_weights(model, source.seed)
+    return model
+
+
+def is_meta(model: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any((p.to_local() if isinstance(p, DTensor) else p).is_meta for p in model.parameters())
+
+
+# ---- resolving a name to a config and weights -------------------------------------------------
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            repo_id, allow_patterns=["*.json", "*.safetensors"], local_files_only=_offline()
+        )
+    except Exception as err:  # huggingface_hub raises several unrelated types for "not available"
+        hint = " (HF_HUB_OFFLINE is set: download it first or unset it)" if _offline() else ""
+        raise WeightsNotFoundError(f"{repo_id}: no Hugging Face snapshot available{hint}: {err}") from None
+    return Path(folder)
+
+
+def _hub_config(repo_id: str) -> DecoderConfig:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = hf_hub_download(repo_id, "config.json", local_files_only=_offline())
+    except Exception as err:
+        raise ModelConfigError(
+            f"model {repo_id!r}: not a local folder/config.json, not a bundled model, and not on the "
+            f"Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if _offline() else ''}: {err}"
+        ) from None
+    return DecoderConfig.from_file(path)
+
+
+def resolve_config(name_or_path: str, *, need_weights: bool = False) -> tuple[DecoderConfig, Optional[Path]]:
+    """(config, folder holding the weights or None) for a local path, bundled id or hub repo id."""
+    local = Path(name_or_path).expanduser()
+    if local.exists():
+        folder = local if local.is_dir() else local.parent
+        config = DecoderConfig.from_file(local)
+        return config, (folder if has_hf_weights(folder) else None)
+    if need_weights:
+        card = _resolve_card(name_or_path)
+        repo = (card.hf_id if card is not None and card.hf_id else None) or name_or_path
+        snapshot = _hub_snapshot(repo)
+        return DecoderConfig.from_file(snapshot), snapshot
+    card = _resolve_card(name_or_path)
+    if card is not None:
+        return DecoderConfig.from_card(card), None
+    return _hub_config(name_or_path), None
+
+
+def _resolve_card(name: str):
+    """The recipe index's model card, or None when the index has no resolver (or no such model)."""
+    try:
+        import recipe_index
+    except ImportError:
+        return None
+    resolve: Optional[Callable] = getattr(recipe_index, "resolve_model", None)
+    if resolve is None:
+        return None
+    return resolve(name)
+
+
+def build_causal_lm(
+    name_or_path: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: Optional[int] = None,
+    load_weights: bool = False,
+    attn_implementation: str = "sdpa",
+) -> CausalLM:
+    """Build a decoder, on the meta device first.
+
+    device="meta" returns it unmaterialised (remembering its seed / weights in `model.init_source`)
+    so that `parallelize_model` can shard it first and each rank allocates only its own shard.
+    Any other device allocates and fills it now: weights from safetensors when `load_weights`,
+    otherwise the deterministic init for `seed` (default 0).
+    """
+    config, weights_dir = resolve_config(name_or_path, need_weights=load_weights)
+    config.attn_implementation = attn_implementation
+    config.validate()
+    if load_weights and weights_dir is None:
+        raise WeightsNotFoundError(
+            f"{name_or_path}: load_weights is set but no model.safetensors or index lies beside its config.json"
+        )
+    with torch.device("meta"):
+        model = CausalLM(config)
+    model.to(dtype=dtype)
+    model.init_source = InitSource(
+        seed=DEFAULT_SEED if seed is None else seed,
+        weights_path=str(weights_dir) if load_weights else None,
+    )
+    if str(device) != "meta":
+        materialize(model, device)
+    return model

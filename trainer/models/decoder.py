@@ -1,0 +1,183 @@
+"""The Llama-family decoder: RMSNorm, GQA attention with RoPE, SwiGLU MLP, Hugging Face names.
+
+Free of parallelism: attention infers its local head counts from the projected activations, so
+tensor parallel (which shards q/k/v column-wise) needs no change here (as in torchtitan).
+Parameter names equal transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM`,
+so Hugging Face state dicts load by name.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.models.config import DecoderConfig
+from trainer.models.rope import RotaryEmbedding, apply_rotary
+
+
+class RMSNorm(nn.Module):
+    """y = w * x / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), computed in fp32 like transformers."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        input_dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(input_dtype)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+def _window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tensor:
+    """Boolean [T, T] mask, True where query i may attend key j: causal and i - j < window."""
+    i = torch.arange(seq_len, device=device)[:, None]
+    j = torch.arange(seq_len, device=device)[None, :]
+    return (j <= i) & (i - j < window)
+
+
+def eager_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v in plain math, the reference the SDPA path must equal."""
+    n_rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(n_rep, dim=1)
+    v = v.repeat_interleave(n_rep, dim=1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if mask is None:
+        t = q.shape[-2]
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    gqa = q.shape[1] != k.shape[1]
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig, layer_idx: int):
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.head_dim = d
+        self.sliding_window = config.layer_sliding_window(layer_idx)
+        self.attn_implementation = config.attn_implementation
+        self.q_proj = nn.Linear(h, config.num_attention_heads * d, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.num_attention_heads * d, h, bias=config.o_proj_bias)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(d, config.rms_norm_eps)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        bsz, seq_len, _ = x.shape
+        # -1 heads: under tensor parallel the projections hold only this rank's heads.
+        q = self.q_proj(x).view(bsz, seq_len, -1, self.head_dim)
+        k = self.k_proj(x).view(bsz, seq_len, -1, self.head_dim)
+        v = self.v_proj(x).view(bsz, seq_len, -1, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        mask = None
+        if self.sliding_window is not None and seq_len > self.sliding_window:
+            mask = _window_mask(seq_len, self.sliding_window, x.device)
+        out = ATTENTION_FUNCTIONS[self.attn_implementation](q, k, v, mask)
+        out = out.transpose(1, 2).reshape(bsz, seq_len, -1)
+        return self.o_proj(out)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) (Shazeer 2020, "GLU Variants Improve Transformer")."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h))."""
+
+    def __init__(self, config: DecoderConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = SwiGLU(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderModel(nn.Module):
+    """The `model.` prefix of Hugging Face names: embeddings, blocks, final norm."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderBlock(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rotary_emb(position_ids, dtype=h.dtype)
+        for block in self.layers:
+            h = block(h, cos, sin)
+        return self.norm(h)
+
+
+class CausalLM(nn.Module):
+    """Decoder + LM head. `forward` gives logits [B, T, V], or the final-normed hidden [B, T, H]."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.model = DecoderModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The decoder blocks, the unit of per-block FSDP, activation checkpointing and compile."""
+        return self.model.layers
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: Optional[torch.Tensor] = None,
+        return_hidden: bool = False,
+    ) -> torch.Tensor:
+        hidden = self.model(input_ids, position_ids)
+        if return_hidden:
+            return hidden
+        return self.lm_head(hidden)
+
+    def tie_weights(self) -> None:
+        """Re-point lm_head at the embedding (after anything that replaced either parameter)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight

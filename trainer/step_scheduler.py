@@ -1,0 +1,107 @@
+"""Step scheduler: turns a per-rank stream of local batches into optimizer steps.
+
+One optimizer step consumes the *global batch*: ``global_batch_size`` samples
+over all data-parallel ranks, i.e. ``grad_acc_steps = global / (local x DP)``
+micro-batches on each rank. Gradient accumulation is derived, never configured;
+a global batch that this does not divide is a config error.
+
+It also says when to log, validate and checkpoint, and it is stateful (step,
+epoch) so a resumed run continues the same count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+from trainer.overrides import ConfigError
+
+
+def derive_grad_acc_steps(global_batch_size: int, local_batch_size: int, dp_size: int) -> int:
+    """``global / (local x DP)``; a ConfigError naming the keys when it is not a whole number."""
+    per_step = local_batch_size * dp_size
+    if global_batch_size % per_step:
+        options = sorted({d for d in range(1, global_batch_size + 1)
+                          if global_batch_size % (d * dp_size) == 0})
+        raise ConfigError(
+            f"step_scheduler.local_batch_size: global_batch_size {global_batch_size} is not divisible by "
+            f"local_batch_size {local_batch_size} x data-parallel size {dp_size} = {per_step}; "
+            f"gradient accumulation must be a whole number. Use a local_batch_size in {options[:8]} "
+            f"or a global_batch_size that is a multiple of {per_step}"
+        )
+    return global_batch_size // per_step
+
+
+class StepScheduler:
+    """Iterate ``for epoch in sched.epochs: for micro_batches in sched: ...``.
+
+    Each item is the list of ``grad_acc_steps`` local batches of one optimizer step;
+    a partial group at the end of an epoch is dropped. Training ends after
+    ``total_steps`` = min(max_steps, num_epochs x steps_per_epoch).
+    """
+
+    def __init__(self, dataloader, *, global_batch_size: int, local_batch_size: int, dp_size: int,
+                 max_steps: Optional[int] = None, num_epochs: int = 1, val_check_interval: Optional[int] = None,
+                 checkpoint_interval: Optional[int] = None, log_interval: int = 1):
+        self.dataloader = dataloader
+        self.global_batch_size = global_batch_size
+        self.local_batch_size = local_batch_size
+        self.grad_acc_steps = derive_grad_acc_steps(global_batch_size, local_batch_size, dp_size)
+        self.steps_per_epoch = len(dataloader) // self.grad_acc_steps
+        if self.steps_per_epoch == 0:
+            raise ConfigError(
+                f"dataset: {len(dataloader) * local_batch_size * dp_size} usable samples are fewer than one "
+                f"global batch of {global_batch_size}; add data or lower step_scheduler.global_batch_size"
+            )
+        epoch_steps = num_epochs * self.steps_per_epoch
+        self.total_steps = min(max_steps, epoch_steps) if max_steps else epoch_steps
+        self.num_epochs = num_epochs
+        self.val_check_interval = val_check_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.log_interval = log_interval
+        self.step = 0
+        self.epoch = 0
+
+    @property
+    def epochs(self) -> Iterator[int]:
+        while self.epoch < self.num_epochs and not self.done:
+            self.dataloader.set_epoch(self.epoch)
+            yield self.epoch
+            if not self.done:
+                self.epoch += 1
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        group: list[Any] = []
+        for batch in self.dataloader:
+            group.append(batch)
+            if len(group) == self.grad_acc_steps:
+                self.step += 1
+                yield group
+                group = []
+                if self.done:
+                    return
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.total_steps
+
+    @property
+    def is_last_step(self) -> bool:
+        return self.step == self.total_steps
+
+    @property
+    def is_log_step(self) -> bool:
+        return self.step % self.log_interval == 0 or self.is_last_step
+
+    @property
+    def is_val_step(self) -> bool:
+        return bool(self.val_check_interval) and (self.step % self.val_check_interval == 0 or self.is_last_step)
+
+    @property
+    def is_ckpt_step(self) -> bool:
+        return bool(self.checkpoint_interval) and self.step % self.checkpoint_interval == 0 or self.is_last_step
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
