@@ -24,7 +24,11 @@ _TIED_BY_DEFAULT_PREFIXES = ("gemma", "gpt2", "gpt3")
 
 _TEXT_SUBCONFIGS = ("text_config", "llm_config", "language_config", "language_model_config")
 
-_LAYER_BLOCK_LETTERS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+# Block names of ``layers_block_type`` (Nemotron configs and transformers' NemotronHConfig,
+# which calls a Mamba mixer "linear_attention") -> letters of ``hybrid_override_pattern``.
+_LAYER_BLOCK_LETTERS = {
+    "mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E",
+}
 
 
 def _first(cfg: Mapping[str, Any], *names: str, default: Any = None) -> Any:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from pydantic import ValidationError
 
@@ -113,15 +114,35 @@ def _local_config_path(name: str) -> Optional[Path]:
     return None
 
 
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE read at call time (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# repo id -> card or the reason it failed: one hub round trip per id and process, so a
+# folder of configs naming the same unknown model does not wait on the network each time.
+_HUB_RESULTS: dict[tuple[str, bool], Union[ModelCard, str]] = {}
+
+
 def _from_hub(repo_id: str) -> ModelCard:
+    offline = hub_offline()
+    cached = _HUB_RESULTS.get((repo_id, offline))
+    if cached is None:
+        cached = _HUB_RESULTS[(repo_id, offline)] = _download_card(repo_id, offline)
+    if isinstance(cached, str):
+        raise UnknownModelError(repo_id, model_suggestions(repo_id), reason=cached)
+    return cached
+
+
+def _download_card(repo_id: str, offline: bool) -> Union[ModelCard, str]:
     # Imported here: serving a bundled model must not pay for huggingface_hub's import.
     from huggingface_hub import hf_hub_download
 
     try:
-        path = hf_hub_download(repo_id, "config.json")
+        path = hf_hub_download(repo_id, "config.json", local_files_only=offline)
     except Exception as exc:  # offline, not cached, gated, missing: all mean "not resolvable"
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}"
-        raise UnknownModelError(repo_id, model_suggestions(repo_id), reason=reason) from None
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+        return f"{type(exc).__name__}: {detail}" + (" (HF_HUB_OFFLINE is set)" if offline else "")
     return card_from_config(_read_config(Path(path)), repo_id, source=f"{repo_id}/config.json", hf_id=repo_id)
 
 

@@ -18,11 +18,12 @@ GOAL = Literal["pretrain", "sft", "peft"]
 ENGINE = Literal["bundled", "megatron"]
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4"]
 LAYER = Literal["convergence", "execution", "benchmark-only"]
+RECIPE_KIND = Literal["library", "benchmark", "bundled"]
 
 # Request bounds: generous for real clusters, small enough that one request stays cheap.
 MAX_NAME = 256
-MAX_GPUS_PER_NODE = 128
-MAX_NODES = 4096
+MAX_GPUS = 65536  # per node with `nodes`; without it a multiple of the node size is read as the total
+MAX_NODES = 8192
 MAX_SEQ_LENGTH = 4 * 1024 * 1024
 MAX_GLOBAL_BATCH = 1 << 24
 MAX_TOP = 20
@@ -57,6 +58,10 @@ class ErrorResponse(_Response):
         description="Closest valid values, best first (e.g. known model ids for an unknown model).",
         examples=[["llama3-8b", "llama3-70b"]],
     )
+    line: Optional[int] = Field(
+        default=None, description="For unusable YAML: the 1-based line where reading stopped.", examples=[3]
+    )
+    column: Optional[int] = Field(default=None, description="For unusable YAML: the 1-based column.", examples=[5])
 
 
 class HealthResponse(_Response):
@@ -111,8 +116,11 @@ class ValidateRequest(_Request):
     gpus: Optional[int] = Field(
         default=None,
         ge=1,
-        le=MAX_GPUS_PER_NODE,
-        description="GPUs per node to check the layout against (overrides the config's `hardware.gpus_per_node`).",
+        le=MAX_GPUS,
+        description=(
+            "GPUs per node to check the layout against (overrides the config's `hardware.gpus_per_node`). "
+            "Without `nodes`, a multiple of the GPU type's node size is read as the total (1024 on h100 = 128 x 8)."
+        ),
         examples=[8],
     )
     gpu_type: Optional[str] = Field(
@@ -135,7 +143,7 @@ class ValidateResponse(_Response):
     """Same shape as `recipe-advisor validate --format json`, with one file."""
 
     files: list[FileFindings] = Field(description="One entry: the document sent.")
-    summary: ValidateSummary
+    summary: ValidateSummary = Field(description="Counts over all files; CI fails on `errors` > 0.")
 
 
 # ---------------------------------------------------------------- index: recipes, models, hardware
@@ -151,15 +159,23 @@ class RecipeSummary(_Response):
     mode: Optional[str] = Field(default=None, description="`pretrain`, `sft` or `peft`.", examples=["pretrain"])
     hardware: Optional[str] = Field(default=None, description="GPU type the recipe is sized for.", examples=["h100"])
     num_gpus: Optional[int] = Field(default=None, description="GPU count the recipe is sized for.", examples=[8])
-    source: Optional[str] = Field(
-        default=None, description="Where the recipe comes from.", examples=["megatron-bridge@067f987"]
-    )
     megatron_recipe: Optional[str] = Field(
         default=None,
         description="Megatron Bridge recipe function name, for `run_recipe.py --recipe`.",
         examples=["llama3_8b_pretrain_8gpu_h100_bf16_config"],
     )
+    megatron_aliases: list[str] = Field(
+        default_factory=list,
+        description="Legacy Megatron Bridge names of the same recipe.",
+        examples=[["llama3_8b_pretrain_config"]],
+    )
+    precision: Optional[str] = Field(default=None, description="Training precision.", examples=["bf16"])
+    seq_length: Optional[int] = Field(default=None, description="Sequence length.", examples=[8192])
     description: Optional[str] = Field(default=None, description="One line about the recipe.", examples=[None])
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> "RecipeSummary":
+        return cls.model_validate({name: getattr(entry, name, None) for name in cls.model_fields if name != "yaml"})
 
 
 class RecipeDetail(RecipeSummary):
@@ -179,6 +195,10 @@ class ModelSummary(_Response):
     hidden_size: int = Field(description="Hidden size.", examples=[4096])
     num_experts: int = Field(description="Routed experts (0 = dense).", examples=[0])
     published_total_params: Optional[str] = Field(default=None, description="Published parameter count.", examples=["8B"])
+
+    @classmethod
+    def from_card(cls, card: Any) -> "ModelSummary":
+        return cls.model_validate(card.model_dump())
 
 
 class ModelDetail(ModelSummary):
@@ -209,3 +229,112 @@ class HardwareOut(_Response):
     gpus_per_node: int = Field(description="GPUs in one node.", examples=[8])
     intra_node_gbps: float = Field(description="GB/s per GPU inside the NVLink domain.", examples=[450.0])
     inter_node_gbps: float = Field(description="GB/s per GPU across nodes.", examples=[50.0])
+
+
+# ---------------------------------------------------------------- plan
+
+
+class PlanBody(_Request):
+    """What to plan for; the fields of `recipe-advisor plan`."""
+
+    model: str = Field(
+        min_length=1,
+        max_length=MAX_NAME,
+        description="Bundled model id, alias or Hugging Face id of a bundled model (GET /v1/models).",
+        examples=["llama3-8b"],
+    )
+    gpus: int = Field(
+        ge=1,
+        le=MAX_GPUS,
+        description=(
+            "GPUs per node. Without `nodes`, a multiple of the GPU type's node size is read as the total "
+            "(64 on h100 = 8 nodes of 8)."
+        ),
+        examples=[8],
+    )
+    gpu_type: str = Field(
+        min_length=1, max_length=MAX_NAME, description="GPU type (GET /v1/hardware).", examples=["h100"]
+    )
+    nodes: Optional[int] = Field(default=None, ge=1, le=MAX_NODES, description="Number of nodes.", examples=[1])
+    goal: GOAL = Field(default="pretrain", description="pretrain, sft (full fine-tune) or peft (LoRA).", examples=["pretrain"])
+    seq_length: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=MAX_SEQ_LENGTH,
+        description="Tokens per sequence; default: 4096 for pretrain, 2048 for sft/peft (capped by the model's context).",
+        examples=[8192],
+    )
+    global_batch_size: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="Sequences per optimizer step; default: the recipe's (32 pretrain, 128 sft/peft).",
+        examples=[128],
+    )
+    precision: Optional[PRECISION] = Field(
+        default=None, description="Training precision; default: the recipe's (bf16).", examples=["bf16"]
+    )
+    engine: ENGINE = Field(
+        default="megatron",
+        description="`megatron` may use every parallel dimension; `bundled` only what the bundled trainer runs.",
+        examples=["megatron"],
+    )
+    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many layouts to return, best first.", examples=[5])
+
+
+class MemoryBreakdown(_Response):
+    """Estimated memory per GPU, GiB."""
+
+    weights: float = Field(description="Parameters held by one GPU.", examples=[3.74])
+    grads: float = Field(description="Gradients held by one GPU.", examples=[7.48])
+    optimizer: float = Field(description="Optimizer state (master weights, Adam moments) on one GPU.", examples=[11.2])
+    activations: float = Field(description="Activations kept for the backward pass.", examples=[18.1])
+    other: float = Field(description="Workspace, communication buffers, fragmentation.", examples=[4.0])
+    total: float = Field(description="Sum of the above.", examples=[44.5])
+
+
+class LayoutOut(_Response):
+    """One parallel layout with its estimates (DESIGN.md, JSON of `plan`)."""
+
+    tp: int = Field(description="Tensor parallel size.", examples=[2])
+    pp: int = Field(description="Pipeline parallel size.", examples=[1])
+    vp: Optional[int] = Field(description="Virtual pipeline stages per rank (null: off).", examples=[None])
+    cp: int = Field(description="Context parallel size.", examples=[1])
+    ep: int = Field(description="Expert parallel size.", examples=[1])
+    etp: int = Field(description="Expert tensor parallel size.", examples=[1])
+    dp: int = Field(description="Data parallel size (derived: world / (TP x PP x CP)).", examples=[4])
+    sp: bool = Field(description="Sequence parallel.", examples=[True])
+    micro_batch_size: int = Field(description="Sequences per micro batch.", examples=[1])
+    grad_accumulation_steps: int = Field(description="Micro batches per optimizer step per replica.", examples=[16])
+    recompute: str = Field(description="Activation recompute: none, selective or full.", examples=["selective"])
+    sharding: str = Field(
+        description="How data parallelism shards the training state: none (DDP), optimizer, full (FSDP).",
+        examples=["optimizer"],
+    )
+    memory_gib: MemoryBreakdown = Field(description="Estimated memory per GPU by kind, GiB.")
+    fits: bool = Field(description="Whether the total fits the GPU with headroom.", examples=[True])
+    step_time_s: float = Field(description="Estimated seconds per optimizer step.", examples=[2.31])
+    tokens_per_s_per_gpu: float = Field(description="Estimated training tokens per second per GPU.", examples=[7100.0])
+    mfu: float = Field(description="Model FLOPs utilisation, 0-1.", examples=[0.42])
+
+
+class PlanHardware(_Response):
+    gpu_type: str = Field(description="Hardware card used.", examples=["h100"])
+    gpus_per_node: int = Field(description="GPUs per node.", examples=[8])
+    num_nodes: int = Field(description="Nodes.", examples=[1])
+    world_size: int = Field(description="GPUs in all.", examples=[8])
+    memory_gib: float = Field(description="Memory per GPU.", examples=[80.0])
+    usable_gib: float = Field(description="Memory per GPU the plan may use (after headroom).", examples=[72.0])
+
+
+class PlanResponse(_Response):
+    """Ranked layouts: those that fit first (fastest first), then the rest by memory."""
+
+    model: str = Field(description="Resolved model id.", examples=["llama3-8b"])
+    hardware: PlanHardware = Field(description="The allocation planned for.")
+    goal: str = Field(description="Goal planned for.", examples=["pretrain"])
+    engine: str = Field(description="Engine planned for.", examples=["megatron"])
+    precision: str = Field(description="Precision planned for.", examples=["bf16"])
+    seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
+    global_batch_size: int = Field(description="Global batch planned for.", examples=[32])
+    layouts: list[LayoutOut] = Field(description="Best first; empty when no layout obeys the rules.")

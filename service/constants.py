@@ -46,12 +46,17 @@ LORA_DEFAULT_RANK = 32  # Megatron Bridge LoRA default dim (mbridge_rules.md sec
 
 # ---------------------------------------------------------------- activations and logits
 
+# FP8 / NVFP4 recipes save the quantised copy of each GEMM input for the backward GEMMs
+# (Transformer Engine Linear/LayerNormLinear with fp8_autocast), not the bf16 tensor:
+# 1 byte per element for FP8, 4 bits plus one E4M3 scale per 16 elements for NVFP4.
+SAVED_GEMM_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
+
 # Cross-entropy over the vocabulary, bytes per logit element held at the loss.
-# Megatron's fused vocab-parallel cross entropy keeps the bf16 logits and one fp32
-# softmax buffer (Megatron-LM theoretical_memory_usage.py counts 4·s·b·h·(1 + V/h) for the
-# output layer and loss). Unfused PyTorch loss (torchtitan, HF) holds bf16 logits, their fp32
-# upcast and the fp32 log-softmax saved for backward.
-LOGITS_BYTES_FUSED = 2 + 4
+# Megatron's fused cross entropy (Bridge's cross_entropy_loss_fusion) keeps the bf16 logits and
+# writes the gradient in place, with fp32 work per chunk: Megatron-LM theoretical_memory_usage.py
+# counts 4·s·b·V for the output layer and loss. Unfused PyTorch loss (torchtitan, HF) holds bf16
+# logits, their fp32 upcast and the fp32 log-softmax saved for backward.
+LOGITS_BYTES_FUSED = 4
 LOGITS_BYTES_UNFUSED = 2 + 4 + 4
 
 # Per-layer activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -60,12 +65,17 @@ LOGITS_BYTES_UNFUSED = 2 + 4 + 4
 # grouped-query attention, fused (flash) attention which keeps no s x s matrix.
 # Full recompute keeps only each layer's bf16 input (2 bytes per hidden element).
 FULL_RECOMPUTE_BYTES_PER_HIDDEN = 2
+# While full recompute re-runs one layer in backward, that layer's activations and their
+# gradients are alive together (assumed: one copy each).
+FULL_RECOMPUTE_WORKING_FACTOR = 2.0
 
 # ---------------------------------------------------------------- allowances ("other")
 
 # CUDA context, cuBLAS/cuDNN/Transformer Engine workspaces and NCCL channel buffers
 # (CUDA C programming guide: ~0.3-0.5 GiB context; NCCL_BUFFSIZE 4 MiB per channel and peer).
 RUNTIME_OVERHEAD_GIB = 1.5
+# A CPU run (gloo, the bundled trainer's smoke tests): the torch runtime and gloo buffers (assumed).
+CPU_RUNTIME_OVERHEAD_GIB = 0.5
 # Caching-allocator fragmentation, as a fraction of everything else (calibrated against
 # torchtitan's reported peak reserved memory; PyTorch "CUDA memory management" notes).
 FRAGMENTATION_FRACTION = 0.06
@@ -74,10 +84,12 @@ FRAGMENTATION_FRACTION = 0.06
 
 # ---------------------------------------------------------------- fit thresholds
 
-# A layout "fits" when its estimate leaves this fraction of the GPU free: allocator spikes,
-# NCCL growth at scale and the estimate's own error (benchmarks/README.md) need headroom.
-# The memory-fit validate rule warns above it and errors above 100 %.
-MEMORY_HEADROOM_FRACTION = 0.10
+# A layout "fits" when its estimate leaves this fraction of the GPU free: allocator spikes and
+# NCCL growth at scale (the estimate itself already carries the fragmentation allowance above).
+MEMORY_HEADROOM_FRACTION = 0.05
+# The memory-fit validate rule (service/rules/memory_fit.py) warns above this fraction of the
+# GPU, so tight configs are visible in CI, and errors above 100 %.
+MEMORY_WARNING_FRACTION = 0.90
 
 # ---------------------------------------------------------------- compute
 
@@ -88,8 +100,12 @@ MEMORY_HEADROOM_FRACTION = 0.10
 # and casting kernels take a larger share.
 MATMUL_EFFICIENCY = {"fp32": 0.70, "bf16": 0.72, "fp16": 0.72, "fp8": 0.62, "nvfp4": 0.50}
 # GEMM efficiency falls when a dimension is small (tile and wave quantisation): modelled as
-# d / (d + GEMM_HALF_EFFICIENCY_DIM) per dimension (assumed; shape of cuBLAS roofline curves).
-GEMM_HALF_EFFICIENCY_DIM = 128
+# d / (d + half) per dimension, with ``half`` growing with the MMA tile of the architecture:
+# Ampere/Ada 128x128 CTA tiles, Hopper WGMMA 128x256, Blackwell 2-CTA UMMA 256x256 and more
+# SMs to fill (NVIDIA CUTLASS tile shapes; "Matrix Multiplication Background User's Guide",
+# wave quantisation). The half-efficiency sizes themselves are assumed.
+GEMM_HALF_EFFICIENCY_DIM = {"ampere": 128, "ada": 128, "hopper": 192, "blackwell": 384, "rubin": 512, "cpu": 16}
+GEMM_HALF_EFFICIENCY_DIM_DEFAULT = 192
 # FlashAttention-2/3 forward+backward sustain about half the BF16 peak (Dao 2023; Shah et al.
 # 2024: FA3 forward 75 %, backward lower). Attention stays in BF16 in FP8 recipes.
 ATTENTION_EFFICIENCY = 0.50
@@ -110,9 +126,9 @@ OPTIMIZER_STEP_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
 # all_reduce_perf busbw: ~360-380 GB/s of 450 on H100 NVLink4, ~45 of 50 GB/s on NDR IB).
 NCCL_BUS_EFFICIENCY_NVLINK = 0.80
 NCCL_BUS_EFFICIENCY_NETWORK = 0.85
-# All-to-all reaches less than ring collectives (DeepEP README: ~150 of 160 GB/s intranode,
-# ~45 of 50 GB/s RDMA with its kernels; Megatron's default alltoall dispatcher is slower).
-ALLTOALL_EFFICIENCY = 0.65
+# All-to-all bandwidth with the flex dispatcher Bridge's recipes use (DeepEP README: ~150 of
+# 160 GB/s NVLink and ~45 of 50 GB/s RDMA; HybridEP on NVL72 similar), less launch overhead.
+ALLTOALL_EFFICIENCY = 0.80
 # Launch + synchronisation latency of one collective (nccl-tests small-message latency).
 COLLECTIVE_LATENCY_NVLINK_S = 10e-6
 COLLECTIVE_LATENCY_NETWORK_S = 30e-6
@@ -128,20 +144,40 @@ PP_P2P_EXPOSED_FRACTION = 0.5
 # parameter all-gather the first micro-batch's forward (Megatron overlap_grad_reduce /
 # overlap_param_gather); NCCL kernels take SMs, so at most this fraction hides (assumed).
 DP_OVERLAP_FRACTION = 0.85
+# Overlapped communication is not free: NCCL and userbuffer kernels take SMs and HBM
+# bandwidth from the GEMMs they hide behind (NCCL uses up to 32 SMs per collective; Megatron-LM
+# and TE docs on comm/compute overlap). Each hidden second of traffic slows compute by this
+# fraction of a second (assumed).
+OVERLAP_INTERFERENCE = 0.15
 # Ring attention hides its K/V exchange behind the attention of the previous chunk
-# (Megatron CP p2p, Liu et al. 2023 "Ring Attention") up to this fraction (assumed).
+# (Megatron CP p2p, Liu et al. 2023 "Ring Attention") up to this fraction (assumed), but the
+# first hop, the per-step synchronisation and the split attention kernels never hide:
+# at least CP_MIN_EXPOSED_FRACTION of the ring traffic stays on the critical path (assumed).
 CP_OVERLAP_FRACTION = 0.85
-# MoE token dispatch/combine is on the critical path with the alltoall dispatcher unless
-# overlap_moe_expert_parallel_comm is on (mbridge_rules.md 3e; off in most recipes).
-EP_A2A_EXPOSED_FRACTION = 1.0
-# Routed tokens are not perfectly balanced: the busiest expert rank sets the pace. Grows with
-# the number of ranks an EP group spreads tokens over (assumed ~3 % per doubling of EP).
-MOE_IMBALANCE_PER_EP_DOUBLING = 0.03
+CP_MIN_EXPOSED_FRACTION = 0.25
+# MoE token dispatch/combine: inside one NVLink domain the flex dispatcher (DeepEP/HybridEP,
+# Bridge's performance default) moves tokens with few SMs while the router, permutation and
+# shared experts run, so about a third stays on the critical path (assumed). Across the network
+# it is exposed unless overlap_moe_expert_parallel_comm is on (mbridge_rules.md 3e; off in
+# most recipes).
+EP_A2A_EXPOSED_FRACTION_NVLINK = 0.35
+EP_A2A_EXPOSED_FRACTION_NETWORK = 1.0
+# Routed tokens are not perfectly balanced and the busiest EP rank sets the pace. With a
+# per-expert load coefficient of variation c (auxiliary-loss-balanced routers keep it near
+# 0.1-0.3: Fedus et al. 2022, DeepSeek-V3 report), a rank holding E/EP experts carries
+# c/sqrt(E/EP), and the busiest of EP ranks is about sqrt(2 ln EP) standard deviations above
+# the mean (Gaussian order statistics). c is assumed.
+MOE_EXPERT_LOAD_CV = 0.05
 
 # ---------------------------------------------------------------- planner search space
+
+# Layouts whose estimated throughput is within this fraction of each other are ranked as a tie
+# and ordered by the seed's preferences (fewer PP stages, no CP, smaller TP, larger EP): the
+# step-time model's own error is larger than this (assumed).
+ESTIMATE_TIE_TOLERANCE = 0.05
 
 MICRO_BATCH_SIZES = (1, 2, 3, 4, 6, 8)  # Bridge recipes use 1-8 (reference/mbridge_recipes.json)
 MAX_VIRTUAL_PIPELINE = 20  # largest VP in a shipped recipe (Llama 3 70B: 20)
 # A CP rank below this many tokens cannot hide the ring exchange behind attention; the
-# planner does not enumerate it (assumed; Bridge recipes stop at 4096 tokens per rank).
+# planner does not enumerate it (every recipe whose model the index carries keeps >= 1024).
 MIN_TOKENS_PER_CP_RANK = 1024

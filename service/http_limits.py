@@ -12,6 +12,7 @@ HTML pages as inert data: no sniffing, no framing, scripts only from /static.
 from __future__ import annotations
 
 import json
+from html import escape
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,7 +48,7 @@ class BodyLimitMiddleware:
             await _send_error(send, 400, "Content-Length header is not a non-negative integer", "content-length")
             return
         if declared is not None and declared > self.max_body_bytes:
-            await _send_error(send, 413, _too_large_message(self.max_body_bytes), "body")
+            await _send_error(send, 413, _too_large_message(self.max_body_bytes), "body", _wants_html(scope))
             return
 
         received = 0
@@ -74,7 +75,7 @@ class BodyLimitMiddleware:
             # Normally the exception handlers turn it into a 413; this catches a read outside a route.
             if response_started:
                 raise
-            await _send_error(send, 413, _too_large_message(self.max_body_bytes), "body")
+            await _send_error(send, 413, _too_large_message(self.max_body_bytes), "body", _wants_html(scope))
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -86,14 +87,28 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _send_error(send: Send, status: int, detail: str, field: str) -> None:
-    body = json.dumps({"detail": detail, "field": field, "suggestions": []}).encode()
+def _wants_html(scope: Scope) -> bool:
+    """A browser submitting one of the pages (not the API) gets a page back, not JSON."""
+    if scope.get("path", "").startswith("/v1/"):
+        return False
+    return any(name == b"accept" and b"text/html" in value for name, value in scope.get("headers", ()))
+
+
+async def _send_error(send: Send, status: int, detail: str, field: str, html: bool = False) -> None:
+    if html:
+        text = escape(detail)
+        body = (f"<!doctype html><title>Request too large</title><h1>{status}: request too large</h1>"
+                f"<p>{text}</p><p>Go back and send a smaller file.</p>").encode()
+        content_type = b"text/html; charset=utf-8"
+    else:
+        body = json.dumps({"detail": detail, "field": field, "suggestions": []}).encode()
+        content_type = b"application/json"
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
             ],

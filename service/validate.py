@@ -10,7 +10,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from pydantic import ValidationError
 
@@ -21,6 +21,7 @@ from service.yamlio import Document, YamlError, load_yaml, read_file
 from trainer.config import RecipeConfig, section_fields, top_level_keys
 
 YAML_SUFFIXES = (".yaml", ".yml")
+ModelResolver = Callable[[str], ModelCard]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -129,13 +130,14 @@ def _drop(data, loc: tuple) -> None:
         node.pop(loc[-1])
 
 
-def _resolve_model(name: Optional[str]) -> tuple[Optional[ModelCard], Optional[str]]:
+def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
+                   ) -> tuple[Optional[ModelCard], Optional[str]]:
     if not name:
         return None, None
     from recipe_index import resolve_model
 
     try:
-        return resolve_model(name), None
+        return (resolver or resolve_model)(name), None
     except (LookupError, ValueError, OSError) as exc:
         return None, str(exc)
 
@@ -156,19 +158,22 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                     ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
                     micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
+    extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
+    if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
+        extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
     return Facts(layout=layout, world_size=gpus_per_node * num_nodes, model=model, hardware=hardware,
                  gpus_per_node=gpus_per_node, global_batch_size=cfg.step_scheduler.global_batch_size,
                  seq_length=cfg.seq_length, model_seq_length=cfg.model.seq_length, precision=cfg.precision,
-                 mode=mode, strategy=d.strategy, peft=cfg.peft is not None)
+                 mode=mode, strategy=d.strategy, peft=cfg.peft is not None, extra=extra)
 
 
 def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
-               nodes: Optional[int] = None) -> ConfigView:
+               nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> ConfigView:
     view = ConfigView(doc=doc)
     view.config = cfg = _schema(view, doc.data)
     if cfg is None:
         return view
-    model, view.model_error = _resolve_model(cfg.model.pretrained_model_name_or_path)
+    model, view.model_error = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
     hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
     if gpus is not None:
         gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
@@ -187,17 +192,28 @@ def _emit(rule, result, doc: Document) -> Iterable[Finding]:
 
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
-                      nodes: Optional[int] = None) -> list[Finding]:
+                      nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> list[Finding]:
     all_rules()
-    view = build_view(doc, gpus, gpu_type, nodes)
+    view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
     findings: list[Finding] = []
     for rule in CONFIG_RULES:
         findings.extend(_emit(rule, rule.check(view), doc))
     if view.facts is not None:
         for rule in LAYOUT_RULES:
             findings.extend(_emit(rule, rule.check(view.facts), doc))
+    _mark_known_issues(findings, view)
     findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
     return findings
+
+
+def _mark_known_issues(findings: list[Finding], view: ConfigView) -> None:
+    """Errors a recipe is known to ship with (metadata.known_issues) stay visible, as warnings."""
+    meta = view.config.metadata if view.config else None
+    known = set(meta.known_issues) if meta else set()
+    for finding in findings:
+        if finding.code in known and finding.severity == "error":
+            finding.severity = "warning"
+            finding.message = f"known upstream issue, kept as shipped: {finding.message}"
 
 
 def unusable_finding(err: YamlError) -> Finding:
@@ -206,10 +222,14 @@ def unusable_finding(err: YamlError) -> Finding:
 
 
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
-                  nodes: Optional[int] = None) -> FileReport:
-    """Validate one document. Raises YamlError when it is not a usable config at all."""
+                  nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> FileReport:
+    """Validate one document. Raises YamlError when it is not a usable config at all.
+
+    ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
+    the HTTP service passes one that never reads local paths or the network for a client.
+    """
     doc = load_yaml(text, path)
-    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes))
+    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:

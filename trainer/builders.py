@@ -139,6 +139,34 @@ def _fmt_kwargs(kwargs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k not in ("params",))
 
 
+# The index's Megatron-style spelling of a dataset, for the presets the bundled trainer has.
+DATASET_PRESETS = {"mock": "trainer.data.MockDataset"}
+# Keys of a preset section that describe Megatron's data pipeline and mean nothing here (mock
+# samples are full sequences already: "packed").
+_PRESET_ONLY_KEYS = ("preset", "packed_sequence")
+
+
+def dataset_call(section: Any, key: str) -> dict[str, Any]:
+    """``{"_target_": ..., **kwargs}`` for a ``dataset``/``validation_dataset`` section
+    (trainer.config.DatasetSection): its ``_target_``, or ``preset: mock``."""
+    kwargs = section.kwargs()
+    if section.seq_length is not None:
+        kwargs["seq_length"] = section.seq_length
+    if section.target is not None:
+        return {"_target_": section.target, **kwargs}
+    preset = kwargs.get("preset")
+    if preset in DATASET_PRESETS:
+        return {"_target_": DATASET_PRESETS[preset],
+                **{k: v for k, v in kwargs.items() if k not in _PRESET_ONLY_KEYS}}
+    if preset is not None:
+        raise ConfigError(
+            f"{key}.preset: {preset!r} is a Megatron Bridge dataset; the bundled trainer reads preset: mock or a "
+            f"{key}._target_ such as trainer.data.JsonlSFTDataset (prompt/answer JSON lines) or "
+            "trainer.data.JsonlPretrainDataset (text JSON lines)"
+        )
+    raise ConfigError(f"{key}._target_: missing; name a dataset, e.g. trainer.data.MockDataset")
+
+
 def resolve_data_path(path: Any, field: str = "path") -> Path:
     """An absolute path, or relative to the working directory, else to the project root
     (so bundled recipes can name ``recipe_index/data/...`` from anywhere)."""

@@ -56,6 +56,9 @@ class MetadataSection(_Plain):
     megatron_aliases: list[str] = Field(default_factory=list)
     precision_recipe: Optional[str] = None
     description: Optional[str] = None
+    # Rule codes of inconsistencies the upstream recipe ships with, kept as shipped so the
+    # index mirrors Bridge; validate reports them as warnings marked "known upstream issue".
+    known_issues: list[str] = Field(default_factory=list)
 
 
 class ModelSection(_Target):
@@ -88,6 +91,11 @@ class DistributedSection(_Plain):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     # Megatron: shard optimizer states over DP (distributed optimizer). FSDP2 always shards.
     use_distributed_optimizer: Optional[bool] = None
+    # Megatron-FSDP (ZeRO-3): parameters, gradients and optimizer states sharded over DP.
+    use_megatron_fsdp: Optional[bool] = None
+    # Megatron's explicit pipeline_model_parallel_layout ("explicit" when the recipe sets one):
+    # layers are then placed by the layout, not split evenly.
+    pipeline_layout: Optional[str] = None
 
 
 class DatasetSection(_Target):

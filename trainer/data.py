@@ -141,13 +141,14 @@ class MockDataset(Dataset):
     """Synthetic token sequences for pretraining smoke runs and benchmarks.
 
     With ``learnable`` (default) each sequence walks one fixed random cycle through
-    the vocabulary (a bigram rule ``x[t+1] = next(x[t])``) from a random start, so
-    the loss visibly falls; otherwise tokens are uniform noise. Sample ``i``
-    depends only on ``seed`` and ``i``.
+    the vocabulary (a bigram rule ``x[t+1] = next(x[t])``, drawn from ``rule_seed``)
+    from a random start, so the loss visibly falls; otherwise tokens are uniform
+    noise. Sample ``i`` depends only on ``seed``, ``rule_seed`` and ``i``: a
+    validation set with another ``seed`` follows the same rule from other starts.
     """
 
     def __init__(self, seq_length: int, vocab_size: Optional[int] = None, num_samples: int = 1024,
-                 seed: int = 1234, learnable: bool = True):
+                 seed: int = 1234, learnable: bool = True, rule_seed: int = 0):
         self.seq_length = _check_seq_length(seq_length)
         if not isinstance(vocab_size, int) or vocab_size < 2:
             raise FieldError("vocab_size", f"expected an integer >= 2, got {vocab_size!r}")
@@ -155,7 +156,7 @@ class MockDataset(Dataset):
             raise FieldError("num_samples", f"expected a positive integer, got {num_samples!r}")
         self.vocab_size, self.num_samples, self.seed, self.learnable = vocab_size, num_samples, seed, learnable
         self.max_token_id = vocab_size - 1
-        self._cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+        self._cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(rule_seed))
 
     def __len__(self) -> int:
         return self.num_samples
@@ -299,6 +300,10 @@ class ResumableDataLoader:
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self.batches_yielded = epoch, 0
+
+    def rewind(self) -> None:
+        """Back to the start of the current epoch (a validation pass reads the whole set each time)."""
+        self.batches_yielded = 0
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         self.sampler.set_epoch(self.epoch)

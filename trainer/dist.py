@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -116,11 +117,36 @@ def all_reduce_sum(tensor: torch.Tensor, group=None) -> torch.Tensor:
     return tensor
 
 
-def exit_process(code: int, env: Mapping[str, str] = os.environ) -> None:
-    """Leave without letting interpreter teardown race the process group (gloo aborts otherwise)."""
+FAULT_ENV = "TRAINER_FAULT_INJECT"
+
+
+def fault_point(point: str, step: int, rank: int, env: Mapping[str, str] = os.environ) -> None:
+    """Crash-test hook: ``TRAINER_FAULT_INJECT=POINT:STEP:RANK`` SIGKILLs that rank there.
+
+    Points: ``after_step`` (after the optimizer step and its log record) and ``during_save``
+    (checkpoint files written to staging, not yet published). The resume tests use it to kill
+    a worker at a known place; unset, it costs one dict lookup.
+    """
+    spec = env.get(FAULT_ENV)
+    if not spec:
+        return
+    want_point, want_step, want_rank = (spec.split(":") + ["0"])[:3]
+    if want_point == point and int(want_step) == step and int(want_rank) == rank:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exit_process(code: int, synchronize: bool = True) -> None:
+    """Leave without letting interpreter teardown race the process group (gloo aborts otherwise).
+
+    ``synchronize``: wait for every rank first. True after success and after a config error (every
+    rank checks the same config and fails alike; without the barrier the launcher may kill rank 0
+    before it prints the message). False after a crash, which other ranks may never reach.
+    """
     if dist.is_initialized():
         try:
-            if code == 0:
+            if synchronize:
                 dist.barrier()
             dist.destroy_process_group()
         except Exception:  # a peer already gone: nothing left to synchronise with

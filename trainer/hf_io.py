@@ -40,6 +40,12 @@ def save_hf_model(
 
     `state_dict` holds full (unsharded) tensors with Hugging Face names. Returns the files written.
     """
+    adapters = [name for name in state_dict if ".lora_A." in name or ".lora_B." in name]
+    if adapters:
+        raise ValueError(
+            f"the state dict holds LoRA tensors ({adapters[0]}, ...): save them with "
+            "trainer.peft.save_adapter, and pass the base weights or trainer.peft.merged_state_dict here"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {

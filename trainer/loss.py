@@ -2,7 +2,9 @@
 
 The sum, not the mean: the loop divides by the label tokens of the whole global batch (summed over
 gradient-accumulation micro-batches and data-parallel ranks), as NeMo AutoModel's
-`num_label_tokens` does, so the loss does not depend on how the batch is split.
+`num_label_tokens` does, so the loss does not depend on how the batch is split. FSDP2 and DDP
+average gradients over the dp ranks, so a rank backpropagates loss_sum * dp_size / global_label_tokens
+(tests/dist_scripts/parallel_equivalence.py checks this equals one process on the whole batch).
 
 `chunked=True` never holds the [B*T, V] logits: the final hidden states are cut into chunks of
 `chunk_size` tokens, each chunk's logits + cross-entropy run under activation checkpointing, so

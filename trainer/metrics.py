@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import resource
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -71,8 +72,18 @@ class JsonlWriter:
         self.enabled = enabled
         self._fh = None
 
+    def start(self, resumed_step: Optional[int]) -> None:
+        """A resumed run drops records past its checkpoint (left by a run that died after it);
+        a fresh run moves an older file aside instead of mixing two runs in one file."""
+        if not self.enabled or not self.path.is_file():
+            return
+        if resumed_step is None:
+            self.path.rename(self.path.with_name(f"{self.path.name}.{int(time.time())}.old"))
+            return
+        self.truncate_after(resumed_step)
+
     def truncate_after(self, step: int) -> None:
-        """Drop records past ``step`` (left by a run that died after its last checkpoint)."""
+        """Drop records past ``step``."""
         if not self.enabled or not self.path.is_file():
             return
         kept = []

@@ -98,8 +98,8 @@ def world_divisible_by_model_parallel(f: Facts) -> Optional[Violation]:
 def expert_mesh_fits(f: Facts) -> Optional[Violation]:
     lay = f.layout
     mesh = lay.pp * lay.ep * lay.etp
-    if f.world_size % mesh == 0:
-        return None
+    if f.world_size % mesh == 0 or (lay.ep == 1 and lay.etp == lay.tp):
+        return None  # without experts the expert mesh is TP*PP, already judged by RA-L006
     need = lay.pp * _lcm(lay.tp * lay.cp, lay.ep * lay.etp)
     return Violation(f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = "
                      f"{mesh}; the smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}",

@@ -1,9 +1,9 @@
 """Build a `CausalLM` from a name or path: resolve its config, construct on the meta device, then
 materialise with a deterministic init or Hugging Face weights.
 
-Resolution order: a local folder / `config.json`, then `recipe_index.resolve_model` (bundled ids,
-aliases, hub ids), then the Hugging Face hub (`HF_HUB_OFFLINE` honoured). Weights come from the
-local folder or a hub snapshot.
+Resolution order (DESIGN.md): a local folder / `config.json`, then a bundled id or alias of the
+recipe index, then a Hugging Face hub repo (its cache; `HF_HUB_OFFLINE` honoured). Weights come from
+the local folder or a hub snapshot (of the bundled card's `hf_id`).
 
 Determinism: every parameter is drawn from its own generator seeded by (seed, Hugging Face name),
 as a full tensor, and only then sliced to the local shard. The same seed therefore gives the same
@@ -12,11 +12,13 @@ weights on one process or many, sharded or not, built on CPU or on the meta devi
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import torch
 from torch import nn
@@ -80,12 +82,16 @@ def _generator_seed(seed: int, name: str) -> int:
 
 
 def initial_value(name: str, shape: torch.Size, std: float, seed: int, device: torch.device) -> torch.Tensor:
-    """The init of one parameter by name: norms 1, biases 0, the rest N(0, std) (transformers' scheme)."""
+    """The init of one parameter by name: norms 1, biases 0, LoRA B 0, LoRA A as PEFT's
+    kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the rest N(0, std) (transformers)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
-    if name.endswith(".bias"):
+    if name.endswith(".bias") or name.endswith("lora_B.weight"):
         return torch.zeros(shape, device=device)
     gen = torch.Generator(device=device).manual_seed(_generator_seed(seed, name))
+    if name.endswith("lora_A.weight"):
+        bound = 1.0 / math.sqrt(shape[-1])
+        return torch.empty(shape, device=device).uniform_(-bound, bound, generator=gen)
     return torch.empty(shape, device=device).normal_(0.0, std, generator=gen)
 
 
@@ -98,22 +104,37 @@ def _param_device(param: torch.Tensor) -> torch.device:
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int = DEFAULT_SEED) -> None:
     """Deterministic init (same seed, same weights, whatever the world size or sharding)."""
-    std = unwrap_model(model).config.initializer_range
-    for name, param in named_parameters_hf(model):
-        assign_full_tensor(param, initial_value(name, param.shape, std, seed, _param_device(param)))
+    fill_parameters(model, InitSource(seed=seed))
 
 
 @torch.no_grad()
-def load_weights_into(model: nn.Module, weights_path: str | os.PathLike) -> None:
-    """Fill every parameter from Hugging Face safetensors, by name; sharded parameters take their slice."""
-    reader = SafetensorsReader(weights_path)
+def load_weights_into(model: nn.Module, weights_path: str | os.PathLike, seed: int = DEFAULT_SEED) -> None:
+    """Fill every parameter from Hugging Face safetensors by name (sharded ones take their slice);
+    LoRA adapters, which a base checkpoint lacks, get the seeded init."""
+    fill_parameters(model, InitSource(seed=seed, weights_path=str(weights_path)))
+
+
+@torch.no_grad()
+def fill_parameters(model: nn.Module, source: InitSource) -> None:
+    std = unwrap_model(model).config.initializer_range
+    reader = SafetensorsReader(source.weights_path) if source.weights_path else None
     params = dict(named_parameters_hf(model))
-    missing = sorted(set(params) - set(reader.keys()))
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise WeightsNotFoundError(f"{weights_path}: weights lack {shown}; is this checkpoint for this config?")
+    if reader is not None:
+        missing = sorted(n for n in params if n not in reader and ".lora_" not in n)
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise WeightsNotFoundError(
+                f"{source.weights_path}: weights lack {shown}; is this checkpoint for this model config?"
+            )
     for name, param in params.items():
-        assign_full_tensor(param, reader.get(name))
+        if reader is not None and name in reader:
+            full = reader.get(name)
+        else:
+            full = initial_value(name, param.shape, std, source.seed, _param_device(param))
+        try:
+            assign_full_tensor(param, full)
+        except ValueError as err:
+            raise ValueError(f"{source.weights_path or 'init'}: {name}: {err}") from None
 
 
 def materialize(model: nn.Module, device: str | torch.device, source: Optional[InitSource] = None) -> nn.Module:
@@ -123,10 +144,7 @@ def materialize(model: nn.Module, device: str | torch.device, source: Optional[I
     inner = unwrap_model(model)
     if inner.config.tie_word_embeddings and inner.lm_head.weight is not inner.model.embed_tokens.weight:
         inner.tie_weights()
-    if source.weights_path:
-        load_weights_into(model, source.weights_path)
-    else:
-        init_weights(model, source.seed)
+    fill_parameters(model, source)
     return model
 
 
@@ -162,10 +180,20 @@ def _hub_config(repo_id: str) -> DecoderConfig:
     try:
         path = hf_hub_download(repo_id, "config.json", local_files_only=_offline())
     except Exception as err:
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ModelConfigError(
-            f"model {repo_id!r}: not a local folder/config.json, not a bundled model, and not on the "
-            f"Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if _offline() else ''}: {err}"
+            f"model {repo_id!r}: not a local folder/config.json, not a bundled model{_suggestions(repo_id)}, "
+            f"and not on the Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if _offline() else ''}: {first_line}"
         ) from None
+
+
+def _suggestions(name: str) -> str:
+    try:
+        from recipe_index import model_suggestions
+    except ImportError:
+        return ""
+    close = model_suggestions(name)
+    return f" (closest bundled ids: {', '.join(close)})" if close else ""
     return DecoderConfig.from_file(path)
 
 
@@ -176,27 +204,38 @@ def resolve_config(name_or_path: str, *, need_weights: bool = False) -> tuple[De
         folder = local if local.is_dir() else local.parent
         config = DecoderConfig.from_file(local)
         return config, (folder if has_hf_weights(folder) else None)
+    card = _bundled_card(name_or_path)
+    repo_id = (card.hf_id if card is not None and card.hf_id else None) or name_or_path
     if need_weights:
-        card = _resolve_card(name_or_path)
-        repo = (card.hf_id if card is not None and card.hf_id else None) or name_or_path
-        snapshot = _hub_snapshot(repo)
+        snapshot = _hub_snapshot(repo_id)
         return DecoderConfig.from_file(snapshot), snapshot
-    card = _resolve_card(name_or_path)
     if card is not None:
-        return DecoderConfig.from_card(card), None
+        return _bundled_config(card), None
     return _hub_config(name_or_path), None
 
 
-def _resolve_card(name: str):
-    """The recipe index's model card, or None when the index has no resolver (or no such model)."""
+def _bundled_card(name: str):
+    """The recipe index's bundled card for an id or alias, or None (or no index installed)."""
     try:
-        import recipe_index
+        from recipe_index import find_bundled_model
     except ImportError:
         return None
-    resolve: Optional[Callable] = getattr(recipe_index, "resolve_model", None)
-    if resolve is None:
-        return None
-    return resolve(name)
+    return find_bundled_model(name)
+
+
+def _bundled_config(card) -> DecoderConfig:
+    """The bundled `config.json` itself when it lies in the index (exact), else the card's view."""
+    from recipe_index.models import MODELS_DIR
+
+    path = MODELS_DIR / f"{card.id}.json"
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        if raw.get("advisor_id", card.id) == card.id:
+            try:
+                return DecoderConfig.from_hf({k: v for k, v in raw.items() if not k.startswith("advisor_")})
+            except ModelConfigError as err:
+                raise ModelConfigError(f"bundled model {card.id} ({path}): {err}") from None
+    return DecoderConfig.from_card(card)
 
 
 def build_causal_lm(

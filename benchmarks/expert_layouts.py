@@ -1,0 +1,140 @@
+"""How often `plan --engine megatron` ranks the expert-tuned layout first.
+
+For every benchmark recipe (kind ``perf_benchmark``) of ../shared/reference/mbridge_recipes.json,
+plan with the recipe's own model, GPU count, hardware, sequence length, global batch, goal and
+precision, then compare the planner's ranking of distinct (TP, PP, CP, EP) tuples with the
+expert's tuple. Reports top-1 and top-5 agreement and the expert layout's rank; writes a
+Markdown table for benchmarks/README.md with ``--markdown``.
+
+    .venv/bin/python benchmarks/expert_layouts.py [--markdown] [--verbose]
+
+Recipes whose model has no bundled card are counted as skipped (the planner needs the
+architecture). The planner never sees the expert's layout: only the request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recipe_index import find_bundled_model, get_hardware  # noqa: E402
+from service.planner import make_request, plan  # noqa: E402
+
+# Recipes that contradict themselves at their own GPU count (reference/mbridge_rules.md section 5):
+# their expert layout is not a valid layout of the request, so no planner can rank it.
+INVALID_AT_OWN_SIZE = ("num_gpus not divisible by PP*EP*ETP", "GBS not divisible by MBS*DP at num_gpus")
+PRECISION = {"bf16": "bf16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "fp8", "fp8sc": "fp8", "nvfp4": "nvfp4"}
+
+
+def shared_dir() -> Path:
+    env = os.environ.get("RECIPE_ADVISOR_SHARED")
+    return Path(env) if env else ROOT.parent / "shared"
+
+
+def expert_tuple(r: dict) -> tuple[int, int, int, int]:
+    return (r["tensor_model_parallel_size"] or 1, r["pipeline_model_parallel_size"] or 1,
+            r["context_parallel_size"] or 1, r["expert_model_parallel_size"] or 1)
+
+
+def ranked_tuples(p) -> list[tuple[int, int, int, int]]:
+    seen: dict[tuple, None] = {}
+    for row in p.layouts:
+        lay = row.layout
+        seen.setdefault((lay.tp, lay.pp, lay.cp, lay.ep), None)
+    return list(seen)
+
+
+def evaluate(records: list[dict]) -> list[dict]:
+    results, cache = [], {}
+    for r in records:
+        card = find_bundled_model(r["model_key"]) or find_bundled_model(r.get("model") or "")
+        hw_name = r.get("hardware")
+        result = {"name": r["name"], "expert": expert_tuple(r), "status": "skipped", "rank": None, "top": None}
+        if card is None or not hw_name or not r.get("num_gpus"):
+            result["reason"] = "no bundled model card" if card is None else "no hardware/GPU count"
+            results.append(result)
+            continue
+        if any(flag in INVALID_AT_OWN_SIZE for flag in r.get("consistency_flags") or ()):
+            result.update(status="invalid", reason="; ".join(r["consistency_flags"]))
+            results.append(result)
+            continue
+        key = (card.id, hw_name, r["num_gpus"], r["seq_length"], r["global_batch_size"],
+               PRECISION.get(r["precision_token"], "bf16"), r["mode"])
+        if key not in cache:
+            req = make_request(card, r["num_gpus"], get_hardware(hw_name).name, goal=r["mode"],
+                               seq_length=r["seq_length"], global_batch_size=r["global_batch_size"],
+                               precision=key[5], engine="megatron")
+            started = time.perf_counter()
+            p = plan(req)
+            cache[key] = (ranked_tuples(p), time.perf_counter() - started)
+        tuples, seconds = cache[key]
+        rank = tuples.index(result["expert"]) + 1 if result["expert"] in tuples else None
+        result.update(status="planned", rank=rank, top=tuples[0] if tuples else None, seconds=seconds,
+                      model=card.id, hardware=hw_name, gpus=r["num_gpus"])
+        results.append(result)
+    return results
+
+
+def summary(results: list[dict]) -> dict:
+    planned = [r for r in results if r["status"] == "planned"]
+    n = len(planned)
+    top1 = sum(r["rank"] == 1 for r in planned)
+    top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in planned)
+    return {"recipes": len(results), "planned": n,
+            "invalid": sum(r["status"] == "invalid" for r in results),
+            "skipped": sum(r["status"] == "skipped" for r in results),
+            "top1": top1, "top5": top5, "top1_pct": 100 * top1 / n if n else 0.0,
+            "top5_pct": 100 * top5 / n if n else 0.0,
+            "not_ranked": sum(r["rank"] is None for r in planned),
+            "ranks": Counter(r["rank"] if r["rank"] is None or r["rank"] <= 5 else ">5" for r in planned)}
+
+
+def markdown(results: list[dict], s: dict) -> str:
+    lines = [f"Recipes: {s['recipes']} benchmark recipes, {s['planned']} planned, {s['skipped']} skipped "
+             f"(no bundled model card), {s['invalid']} excluded (their layout is invalid at their own GPU "
+             "count: mbridge_rules.md section 5).", "",
+             f"| top-1 (TP,PP,CP,EP) | top-5 | expert layout not ranked |", "|---|---|---|",
+             f"| {s['top1']}/{s['planned']} = {s['top1_pct']:.1f} % | {s['top5']}/{s['planned']} = "
+             f"{s['top5_pct']:.1f} % | {s['not_ranked']} |", "",
+             "| recipe | expert (TP,PP,CP,EP) | planner top-1 | expert rank |", "|---|---|---|---|"]
+    for r in results:
+        if r["status"] != "planned":
+            continue
+        lines.append(f"| {r['name']} | {r['expert']} | {r['top']} | {r['rank'] if r['rank'] else 'not valid/fitting'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the per-recipe Markdown table")
+    parser.add_argument("--verbose", action="store_true", help="list every miss")
+    args = parser.parse_args(argv)
+    records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
+    bench = [r for r in records if r["kind"] == "perf_benchmark"]
+    started = time.perf_counter()
+    results = evaluate(bench)
+    s = summary(results)
+    print(f"planned {s['planned']} of {s['recipes']} benchmark recipes in {time.perf_counter() - started:.1f} s "
+          f"({s['skipped']} skipped: no bundled model card; {s['invalid']} excluded: layout invalid at own GPU count)")
+    print(f"top-1 {s['top1']}/{s['planned']} = {s['top1_pct']:.1f} %   top-5 {s['top5']}/{s['planned']} = "
+          f"{s['top5_pct']:.1f} %   not ranked {s['not_ranked']}")
+    print("rank histogram:", dict(s["ranks"]))
+    if args.verbose:
+        for r in results:
+            if r["status"] == "planned" and r["rank"] != 1:
+                print(f"  {r['name']}: expert {r['expert']} rank {r['rank']}, planner top {r['top']}")
+    if args.markdown:
+        print(markdown(results, s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

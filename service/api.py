@@ -1,0 +1,258 @@
+"""REST routes under /v1. Thin: each parses the request, calls the function the CLI calls, and shapes the answer.
+
+CPU-bound work (rules, planner) runs in the thread pool so one slow request
+never stalls the event loop for the others.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Optional
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+import recipe_index as index
+from service import api_models as m
+from service.memo import ResponseCache, cached_json
+from service.lookups import lookup_hardware, lookup_model
+from service.planner import make_request, plan
+from service.validate import validate_text
+from service.yamlio import YamlError, decode
+
+router = APIRouter()
+
+ERRORS = {
+    400: {"model": m.ErrorResponse, "description": "The YAML cannot be read as a config (syntax, alias bomb, depth, binary)."},
+    404: {"model": m.ErrorResponse, "description": "Unknown model, GPU type or recipe; `suggestions` lists the closest."},
+    413: {"model": m.ErrorResponse, "description": "Request body over 1 MiB."},
+}
+YAML_MEDIA_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+
+
+def _pick(*status: int) -> dict:
+    return {code: ERRORS[code] for code in status}
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _wants_yaml(request: Request) -> bool:
+    accept = request.headers.get("accept", "").lower()
+    return any(t in accept for t in ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"))
+
+
+def yaml_error_response(err: YamlError) -> HTTPException:
+    where = f" at line {err.line}, column {err.column or 1}" if err.line else ""
+    fix = f"; fix: {err.fix}" if err.fix else ""
+    return HTTPException(
+        status_code=400,
+        detail={"detail": f"unusable YAML{where}: {err.reason}{fix}", "field": "yaml", "suggestions": [],
+                "line": err.line, "column": err.column},
+    )
+
+
+# ------------------------------------------------------------------ service
+
+
+@lru_cache(maxsize=1)
+def _health() -> bytes:
+    from service.app import version
+
+    return encode(
+        m.HealthResponse(
+            status="ok",
+            version=version(),
+            recipes=len(index.list_recipes()),
+            models=len(index.list_models()),
+            hardware=len(index.list_hardware()),
+        )
+    )
+
+
+@router.get("/healthz", response_model=m.HealthResponse, tags=["service"], summary="Liveness and index size")
+async def healthz() -> Response:
+    return Response(_health(), media_type=JSON)
+
+
+# ------------------------------------------------------------------ validate
+
+VALIDATE_EXAMPLE = "distributed:\n  tp_size: 3\nhardware:\n  gpu_type: h100\n  gpus_per_node: 8\n"
+VALIDATE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The config: raw YAML (`text/plain` or `application/yaml`), or JSON with the YAML in `yaml`.",
+        "content": {
+            "application/json": {"schema": m.ValidateRequest.model_json_schema()},
+            "text/plain": {"schema": {"type": "string", "maxLength": 1 << 20}, "example": VALIDATE_EXAMPLE},
+            "application/yaml": {"schema": {"type": "string", "maxLength": 1 << 20}, "example": VALIDATE_EXAMPLE},
+        },
+    }
+}
+
+
+@router.post(
+    "/v1/validate",
+    response_model=m.ValidateResponse,
+    tags=["advise"],
+    summary="Check a config with every rule",
+    description=(
+        "The same rules as `recipe-advisor validate`. A clean config and a config with findings are both 200: "
+        "read `summary.errors`. Query parameters apply to a raw YAML body; a JSON body carries them as fields."
+    ),
+    responses={**_pick(400, 404, 413), 415: {"model": m.ErrorResponse, "description": "Body is neither YAML text nor JSON."}},
+    openapi_extra=VALIDATE_BODY,
+)
+async def validate(
+    request: Request,
+    gpus: Annotated[Optional[int], Query(ge=1, le=m.MAX_GPUS, description="GPUs per node (raw YAML body).")] = None,
+    gpu_type: Annotated[Optional[str], Query(min_length=1, max_length=m.MAX_NAME, description="GPU type (raw YAML body).")] = None,
+    nodes: Annotated[Optional[int], Query(ge=1, le=m.MAX_NODES, description="Nodes (raw YAML body).")] = None,
+) -> m.ValidateResponse:
+    body = await request.body()
+    media_type = _media_type(request)
+    if media_type == "application/json":
+        try:
+            req = m.ValidateRequest.model_validate_json(body)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
+            ) from None
+        text, gpus, gpu_type, nodes = req.yaml, req.gpus or gpus, req.gpu_type or gpu_type, req.nodes or nodes
+    elif media_type in YAML_MEDIA_TYPES or not media_type:
+        try:
+            text = decode(body, "<request>", max_bytes=1 << 20)
+        except YamlError as err:
+            raise yaml_error_response(err) from None
+    else:
+        raise HTTPException(
+            415,
+            f"content type {media_type!r} is not accepted: send the YAML as text/plain or application/yaml, "
+            'or JSON {"yaml": "..."} as application/json',
+        )
+    if gpu_type is not None:
+        lookup_hardware(gpu_type)  # unknown -> 404 with the known names, as the CLI's exit 2
+    try:
+        report = await run_in_threadpool(validate_text, text, "<request>", gpus, gpu_type, nodes, lookup_model)
+    except YamlError as err:
+        raise yaml_error_response(err) from None
+    return m.ValidateResponse(
+        files=[m.FileFindings(path=report.path, findings=[f.to_dict() for f in report.findings])],
+        summary=m.ValidateSummary(files=1, errors=report.errors, warnings=report.warnings),
+    )
+
+
+# ------------------------------------------------------------------ plan
+
+# Every answer is a pure function of the request and the bundled index, so identical requests
+# (the web form's reloads, CI matrices, load balancers' retries) are served from memory.
+CACHE_SIZE = 1024
+JSON = "application/json"
+responses = ResponseCache(CACHE_SIZE)
+
+
+def _request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
+    """A hashable key with names normalised (`Meta-Llama-3-8B` and `llama3-8b` are one entry)."""
+    values = body.model_dump(exclude=set(exclude))
+    values["model"] = lookup_model(body.model).id
+    values["gpu_type"] = lookup_hardware(body.gpu_type).name
+    return tuple(sorted(values.items()))
+
+
+def plan_request(values: dict):
+    """The planner's request from API fields; unknown names raise the index's 404 errors."""
+    extra = {"precision": values["precision"]} if values.get("precision") else {}
+    return make_request(
+        lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
+        goal=values["goal"], seq_length=values["seq_length"], global_batch_size=values["global_batch_size"],
+        engine=values["engine"], **extra,
+    )
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def cached_plan(key: tuple):
+    """The full ranking; `top` is applied when encoding, so every `top` shares one entry."""
+    return plan(plan_request(dict(key)))
+
+
+def encode(model: m.BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+@router.post(
+    "/v1/plan",
+    response_model=m.PlanResponse,
+    tags=["advise"],
+    summary="Rank the parallel layouts of a model on your hardware",
+    description="The same as `recipe-advisor plan --format json`.",
+    responses={**_pick(404, 413), 400: {"model": m.ErrorResponse, "description": "A request that cannot be planned."}},
+)
+async def plan_route(body: m.PlanBody) -> Response:
+    key = _request_key(body, exclude=("top",))
+
+    def compute() -> bytes:
+        return encode(m.PlanResponse.model_validate(cached_plan(key).to_dict(top=body.top)))
+
+    return Response(await cached_json(responses, ("plan", key, body.top), compute), media_type=JSON)
+
+
+# ------------------------------------------------------------------ index
+
+
+@router.get("/v1/recipes", response_model=list[m.RecipeSummary], tags=["index"], summary="List bundled recipes")
+def list_recipes(
+    family: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description="Model family, e.g. `llama`.")] = None,
+    mode: Annotated[Optional[m.GOAL], Query(description="pretrain, sft or peft.")] = None,
+    hardware: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description="GPU type, e.g. `h100`.")] = None,
+    num_gpus: Annotated[Optional[int], Query(ge=1, le=m.MAX_GPUS, description="GPU count the recipe is sized for.")] = None,
+    kind: Annotated[Optional[m.RECIPE_KIND], Query(description="library, benchmark or bundled.")] = None,
+) -> list[m.RecipeSummary]:
+    entries = index.list_recipes(family=family, mode=mode, hardware=hardware, num_gpus=num_gpus, kind=kind)
+    return [m.RecipeSummary.from_entry(e) for e in entries]
+
+
+@router.get(
+    "/v1/recipes/{name}",
+    response_model=m.RecipeDetail,
+    tags=["index"],
+    summary="One recipe: metadata and YAML",
+    description="JSON by default; with `Accept: application/yaml` the recipe file itself.",
+    responses={**_pick(404), 200: {"content": {"application/yaml": {"schema": {"type": "string"}}}}},
+)
+def get_recipe(
+    request: Request, name: Annotated[str, Path(max_length=m.MAX_NAME, description="Recipe name from GET /v1/recipes.")]
+):
+    entry = index.get_recipe(name)
+    text = index.load_recipe_text(entry.name)
+    if _wants_yaml(request):
+        return PlainTextResponse(text, media_type="application/yaml")
+    return m.RecipeDetail(**m.RecipeSummary.from_entry(entry).model_dump(), yaml=text)
+
+
+@router.get("/v1/models", response_model=list[m.ModelSummary], tags=["index"], summary="List bundled model cards")
+def list_models() -> list[m.ModelSummary]:
+    return [m.ModelSummary.from_card(card) for card in index.list_models()]
+
+
+@router.get(
+    "/v1/models/{model_id:path}",
+    response_model=m.ModelDetail,
+    tags=["index"],
+    summary="One model card",
+    description="By bundled id, alias or Hugging Face id (`meta-llama/Meta-Llama-3-8B` works as is).",
+    responses=_pick(404),
+)
+def get_model(
+    model_id: Annotated[str, Path(max_length=m.MAX_NAME, description="Bundled id, alias or HF id.")]
+) -> m.ModelDetail:
+    return m.ModelDetail.from_card(lookup_model(model_id))
+
+
+@router.get("/v1/hardware", response_model=list[m.HardwareOut], tags=["index"], summary="List hardware cards")
+def list_hardware() -> list[m.HardwareOut]:
+    return [m.HardwareOut.model_validate(card.model_dump()) for card in index.list_hardware()]

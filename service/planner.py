@@ -1,0 +1,406 @@
+"""Rank the parallel layouts of a model on a GPU allocation.
+
+One pass (DESIGN.md, "Flow of a recommendation"): enumerate TP, PP, VP, CP, EP, ETP and the
+micro batch for the world size; prune with the same layout rules ``validate`` runs
+(``service.validate.check_layout``); for each surviving layout pick the fastest way to make
+it fit (recompute none / selective / full, and how data parallelism shards the training
+state); estimate memory and step time; rank the layouts that fit, with headroom, by
+tokens/s per GPU. Layouts that fit nowhere stay in the list (after the fitting ones) with
+the memory that rules them out, so a user can see why.
+
+``--engine megatron`` may use every dimension; ``--engine bundled`` only what
+``trainer/capabilities.py`` declares (the bundled trainer grows, the planner follows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Optional, Union
+
+from recipe_index import get_hardware, resolve_model
+from recipe_index.cards import HardwareCard, ModelCard
+from service import constants as C
+from service.facts import Facts, Finding, Layout, split_world
+from service.memory import MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
+from service.rules.layout import megatron_split
+from service.steptime import StepTime, StepTimeModel
+from service.validate import check_layout
+from trainer.capabilities import CAPABILITIES
+
+ENGINES = ("megatron", "bundled")
+GOALS = ("pretrain", "sft", "peft")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
+RECOMPUTE_ORDER = ("none", "selective", "full")  # cheapest first: more recompute is only ever slower
+# Bridge's common templates (reference/mbridge_rules.md section 1): pretrain 4096 tokens and a
+# global batch of 32, SFT/PEFT 2048 tokens and 128.
+DEFAULT_SEQ_LENGTH = {"pretrain": 4096, "sft": 2048, "peft": 2048}
+DEFAULT_GLOBAL_BATCH = {"pretrain": 32, "sft": 128, "peft": 128}
+# How each engine can shard the training state over data parallelism, best first, and the
+# `distributed.strategy` that runs it. Megatron's plain DDP is never better than the
+# distributed optimizer (same traffic, more memory), so it is not offered.
+SHARDINGS = {
+    "megatron": (("optimizer", "megatron"), ("full", "megatron")),
+    "bundled": (("full", "fsdp2"), ("none", "ddp")),
+}
+
+
+class PlanError(ValueError):
+    """A request that cannot be planned: which field, why, and what to do instead."""
+
+    def __init__(self, message: str, *, field: Optional[str] = None, fix: Optional[str] = None,
+                 suggestions: tuple[str, ...] = ()):
+        self.field, self.fix, self.suggestions = field, fix, list(suggestions)
+        super().__init__(message + (f" Fix: {fix}" if fix else ""))
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelCard
+    hardware: HardwareCard
+    gpus_per_node: int
+    num_nodes: int = 1
+    goal: str = "pretrain"
+    seq_length: int = 4096
+    global_batch_size: int = 32
+    precision: str = "bf16"
+    engine: str = "megatron"
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    @property
+    def peft(self) -> bool:
+        return self.goal == "peft"
+
+    def with_world(self, gpus: int) -> "PlanRequest":
+        """The same request on ``gpus`` GPUs of the same type, in whole nodes where possible."""
+        gpn, nodes = split_world(gpus, None, self.hardware.gpus_per_node)
+        return replace(self, gpus_per_node=gpn, num_nodes=nodes)
+
+
+def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
+                 goal: str = "pretrain", seq_length: Optional[int] = None,
+                 global_batch_size: Optional[int] = None, precision: str = "bf16",
+                 engine: str = "megatron") -> PlanRequest:
+    """A PlanRequest from user-facing names. Raises UnknownModelError / UnknownHardwareError
+    (with suggestions) for unknown names and PlanError for bad values."""
+    if goal not in GOALS:
+        raise PlanError(f"unknown goal {goal!r}", field="goal", fix=f"use one of {', '.join(GOALS)}")
+    if engine not in ENGINES:
+        raise PlanError(f"unknown engine {engine!r}", field="engine", fix=f"use one of {', '.join(ENGINES)}")
+    if precision not in PRECISIONS:
+        raise PlanError(f"unknown precision {precision!r}", field="precision",
+                        fix=f"use one of {', '.join(PRECISIONS)}")
+    for name, value in (("gpus", gpus), ("nodes", nodes), ("seq_length", seq_length),
+                        ("global_batch_size", global_batch_size)):
+        if value is not None and value < 1:
+            raise PlanError(f"{name} must be at least 1, got {value}", field=name, fix=f"pass a positive {name}")
+    hardware = get_hardware(gpu_type)
+    card = resolve_model(model) if isinstance(model, str) else model
+    gpn, num_nodes = split_world(gpus, nodes, hardware.gpus_per_node)
+    seq = seq_length or DEFAULT_SEQ_LENGTH[goal]
+    if seq_length is None and card.max_position_embeddings:
+        seq = min(seq, card.max_position_embeddings)
+    return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
+                       seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
+                       precision=precision, engine=engine)
+
+
+@dataclass(frozen=True)
+class PlannedLayout:
+    """One layout with the fastest variant that fits (or, when none fits, the leanest one)."""
+
+    layout: Layout
+    sharding: str  # none (DDP) | optimizer (distributed optimizer) | full (FSDP)
+    strategy: str  # distributed.strategy of the config: megatron | fsdp2 | ddp
+    dp: int
+    grad_accumulation_steps: int
+    memory: MemoryEstimate
+    time: StepTime
+    fits: bool
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        lay = self.layout
+        return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, lay.micro_batch_size)
+
+    def to_dict(self) -> dict:
+        lay, t = self.layout, self.time
+        return {
+            "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
+            "dp": self.dp, "sp": lay.sp, "micro_batch_size": lay.micro_batch_size,
+            "grad_accumulation_steps": self.grad_accumulation_steps, "recompute": lay.recompute,
+            "sharding": self.sharding,
+            "memory_gib": self.memory.as_dict(),
+            "fits": self.fits,
+            "step_time_s": round(t.step_time_s, 4),
+            "tokens_per_s_per_gpu": round(t.tokens_per_s_per_gpu, 1),
+            "mfu": round(t.mfu, 4),
+        }
+
+
+@dataclass
+class Plan:
+    request: PlanRequest
+    layouts: list[PlannedLayout]  # fitting ones by tokens/s, then the rest by memory
+    structures: int = 0  # (TP, PP, VP, CP, EP, ETP) combinations enumerated
+    rejections: dict[str, tuple[Finding, int]] = field(default_factory=dict)  # rule code -> (example, count)
+
+    @property
+    def usable_gib(self) -> float:
+        return usable_memory_gib(self.request.hardware.memory_gib)
+
+    @property
+    def fitting(self) -> list[PlannedLayout]:
+        return [p for p in self.layouts if p.fits]
+
+    @property
+    def best(self) -> Optional[PlannedLayout]:
+        return self.layouts[0] if self.layouts and self.layouts[0].fits else None
+
+    def find(self, layout: Layout) -> Optional[PlannedLayout]:
+        """The planned row of a layout (TP, PP, VP, CP, EP, ETP, micro batch), if it is a valid one."""
+        key = (layout.tp, layout.pp, layout.vp_or_1, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
+        return next((p for p in self.layouts if p.key == key), None)
+
+    def why_not_fitting(self, row: PlannedLayout) -> str:
+        m = row.memory
+        return (f"needs {m.total:.1f} GiB per GPU (weights {m.weights:.1f}, grads {m.grads:.1f}, optimizer "
+                f"{m.optimizer:.1f}, activations {m.activations:.1f}, other {m.other:.1f}) even with "
+                f"recompute={row.layout.recompute} and sharding={row.sharding}; {self.request.hardware.name} "
+                f"offers {self.usable_gib:.1f} GiB after {C.MEMORY_HEADROOM_FRACTION:.0%} headroom")
+
+    def to_dict(self, top: Optional[int] = None) -> dict:
+        req, hw = self.request, self.request.hardware
+        rows = self.layouts if top is None else self.layouts[:top]
+        return {
+            "model": req.model.id,
+            "hardware": {"gpu_type": hw.name, "gpus_per_node": req.gpus_per_node, "num_nodes": req.num_nodes,
+                         "world_size": req.world_size, "memory_gib": hw.memory_gib,
+                         "usable_gib": round(self.usable_gib, 2)},
+            "goal": req.goal, "engine": req.engine, "precision": req.precision,
+            "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
+            "layouts": [row.to_dict() for row in rows],
+        }
+
+
+# ---------------------------------------------------------------- search space
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _allowed(engine: str, capability: str) -> bool:
+    return engine == "megatron" or bool(CAPABILITIES.get(capability))
+
+
+def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
+    """Every (TP, PP, VP, CP, EP, ETP) the engine may use that divides the world size.
+
+    Divisibility (world by TP·PP·CP and PP·EP·ETP, experts by EP, CP halves of the sequence) is
+    built in; everything else is left to the rules. TP stays within max(NVLink domain, GPUs per
+    node): beyond it the rules warn and every collective crosses the slow link. VP takes the
+    divisors of the layers per stage up to MAX_VIRTUAL_PIPELINE, kept only where Megatron has a
+    way to split the layers (the split rule's own helper; the rule still judges every layout).
+    Bridge's ETP default applies (1 with EP > 1, else TP).
+    """
+    req, engine = request, request.engine
+    world, seq, layers = req.world_size, req.seq_length, shape.layers
+    world_divisors = _divisors(world)
+    tp_cap = max(req.hardware.nvlink_domain, req.gpus_per_node)
+    tps = [t for t in world_divisors if t <= tp_cap] if _allowed(engine, "tensor_parallel") else [1]
+    pps = [p for p in world_divisors if p <= layers] if _allowed(engine, "pipeline_parallel") else [1]
+    cps = [1]
+    if _allowed(engine, "context_parallel"):
+        cp = 2
+        while world % cp == 0 and seq % (2 * cp) == 0 and seq // cp >= C.MIN_TOKENS_PER_CP_RANK:
+            cps.append(cp)
+            cp *= 2
+    eps = [1]
+    if shape.is_moe and _allowed(engine, "expert_parallel"):
+        eps = [e for e in _divisors(shape.experts) if world % e == 0]
+    use_vp = _allowed(engine, "virtual_pipeline")
+    use_sp = _allowed(engine, "sequence_parallel")
+    for tp in tps:
+        for cp in cps:
+            if world % (tp * cp):
+                continue
+            for pp in pps:
+                if world % (tp * cp * pp) or not _splits(layers, pp, 1):
+                    continue
+                vps: list[Optional[int]] = [None]
+                if pp > 1 and use_vp:
+                    vps += [v for v in _divisors(math.ceil(layers / pp))
+                            if 2 <= v <= C.MAX_VIRTUAL_PIPELINE and _splits(layers, pp, v)]
+                for ep in eps:
+                    etp = 1 if ep > 1 else tp
+                    if world % (pp * ep * etp):
+                        continue
+                    for vp in vps:
+                        yield Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, sp=use_sp and tp > 1)
+
+
+def _splits(layers: int, pp: int, vp: int) -> bool:
+    return pp == 1 or layers % (pp * vp) == 0 or megatron_split(layers, pp, vp) is not None
+
+
+def micro_batch_sizes(request: PlanRequest, dp: int) -> list[int]:
+    """Micro batches that split the global batch into whole accumulation steps on ``dp`` replicas."""
+    gbs = request.global_batch_size
+    return [b for b in C.MICRO_BATCH_SIZES if gbs % (b * dp) == 0]
+
+
+def recomputes(engine: str) -> tuple[str, ...]:
+    allowed = CAPABILITIES.get("recompute", RECOMPUTE_ORDER) if engine == "bundled" else RECOMPUTE_ORDER
+    return tuple(r for r in RECOMPUTE_ORDER if r in allowed)
+
+
+def shardings(engine: str, peft: bool = False) -> tuple[tuple[str, str], ...]:
+    if engine == "megatron":
+        # Megatron Bridge's PEFT recipes keep the frozen base replicated per model-parallel rank
+        # (distributed optimizer for the adapters; no Megatron-FSDP).
+        return SHARDINGS["megatron"][:1] if peft else SHARDINGS["megatron"]
+    return tuple((s, strategy) for s, strategy in SHARDINGS["bundled"] if strategy in CAPABILITIES["strategies"])
+
+
+# ---------------------------------------------------------------- planning
+
+
+class _Estimators:
+    def __init__(self, request: PlanRequest, shape: ModelShape):
+        req = request
+        cpu = req.hardware.arch == "cpu"
+        self.memory = MemoryModel(shape, world_size=req.world_size, seq_length=req.seq_length,
+                                  engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision)
+        self.time = StepTimeModel(shape, req.hardware, world_size=req.world_size, seq_length=req.seq_length,
+                                  global_batch_size=req.global_batch_size, precision=req.precision,
+                                  engine=req.engine)
+
+
+def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
+    """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
+    req = request
+    return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,
+                 gpus_per_node=req.gpus_per_node, global_batch_size=req.global_batch_size,
+                 seq_length=req.seq_length, precision=req.precision, mode=req.goal, strategy=strategy,
+                 peft=req.peft, extra={"planner": True})
+
+
+def _with(layout: Layout, micro_batch_size: int, recompute: str) -> Layout:
+    # Layout(...) directly: dataclasses.replace is several times slower in this loop.
+    return Layout(tp=layout.tp, pp=layout.pp, vp=layout.vp, cp=layout.cp, ep=layout.ep, etp=layout.etp,
+                  sp=layout.sp, micro_batch_size=micro_batch_size, recompute=recompute)
+
+
+def _best_variant(request: PlanRequest, est: _Estimators, structure: Layout, mbs: int,
+                  options: list[tuple[str, str, tuple]], usable_gib: float) -> PlannedLayout:
+    """The fastest (recompute, sharding) that fits, else the one needing the least memory."""
+    dp = structure.dp(request.world_size)
+    accumulation = request.global_batch_size // (mbs * dp)
+    order = recomputes(request.engine)
+    totals = est.memory.totals(structure, mbs, accumulation, tuple(o[0] for o in options), order)
+    best: Optional[tuple[StepTime, Layout, str, str, tuple]] = None
+    limit = len(order)
+    for sharding, strategy, findings in options:
+        for index, recompute in enumerate(order[:limit]):
+            if totals[(sharding, recompute)] <= usable_gib:
+                candidate = _with(structure, mbs, recompute)
+                time = est.time.estimate(candidate, sharding)
+                if best is None or time.step_time_s < best[0].step_time_s:
+                    best = (time, candidate, sharding, strategy, findings)
+                # A later sharding only wins with less recompute (it always communicates more).
+                limit = index
+                break
+    if best is not None:
+        time, chosen, sharding, strategy, findings = best
+        fits = True
+    else:
+        (sharding, recompute), _ = min(totals.items(), key=lambda item: item[1])
+        strategy, findings = next((o[1], o[2]) for o in options if o[0] == sharding)
+        chosen = _with(structure, mbs, recompute)
+        time = est.time.estimate(chosen, sharding)
+        fits = False
+    return PlannedLayout(layout=chosen, sharding=sharding, strategy=strategy, dp=dp,
+                         grad_accumulation_steps=accumulation,
+                         memory=est.memory.estimate(chosen, sharding, accumulation), time=time, fits=fits,
+                         findings=findings)
+
+
+def plan(request: PlanRequest) -> Plan:
+    """Every valid layout of the request with its estimates, best first (see module docstring)."""
+    shape = model_shape(request.model)
+    est = _Estimators(request, shape)
+    usable = usable_memory_gib(request.hardware.memory_gib)
+    rows: list[PlannedLayout] = []
+    rejections: dict[str, tuple[Finding, int]] = {}
+    count = 0
+    by_strategy: dict[str, list[str]] = {}
+    for sharding, strategy in shardings(request.engine, request.peft):
+        by_strategy.setdefault(strategy, []).append(sharding)
+    for structure in structures(request, shape):
+        count += 1
+        sizes = micro_batch_sizes(request, structure.dp(request.world_size))
+        probe = _with(structure, sizes[0] if sizes else 1, "none")
+        options = []
+        for strategy, strategy_shardings in by_strategy.items():
+            findings = check_layout(facts_for(request, probe, strategy))
+            errors = [f for f in findings if f.severity == "error"]
+            for error in errors:
+                example, seen = rejections.get(error.code, (error, 0))
+                rejections[error.code] = (example, seen + 1)
+            if not errors:
+                options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings)
+        if not options:
+            continue
+        for mbs in sizes:
+            rows.append(_best_variant(request, est, structure, mbs, options, usable))
+    return Plan(request=request, layouts=rank(rows), structures=count, rejections=rejections)
+
+
+def _preference(row: PlannedLayout) -> tuple:
+    """Among layouts the estimates cannot tell apart: no CP (seed: CP is for long context),
+    smaller TP (seed: TP costs collectives on every layer and stays in the node), larger EP
+    (seed: for MoE raise EP first), then the faster estimate."""
+    lay = row.layout
+    return (lay.cp, lay.tp, -lay.ep, -row.time.tokens_per_s_per_gpu)
+
+
+def rank(rows: list[PlannedLayout]) -> list[PlannedLayout]:
+    """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
+
+    Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
+    error is larger than that), broken by :func:`_preference`.
+    """
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.time.tokens_per_s_per_gpu)
+    ranked: list[PlannedLayout] = []
+    start = 0
+    while start < len(fitting):
+        floor = fitting[start].time.tokens_per_s_per_gpu * (1 - C.ESTIMATE_TIE_TOLERANCE)
+        end = start
+        while end < len(fitting) and fitting[end].time.tokens_per_s_per_gpu >= floor:
+            end += 1
+        ranked.extend(sorted(fitting[start:end], key=_preference))
+        start = end
+    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory.total, _preference(r)))
+    return ranked + rest
+
+
+def gpus_needed(request: PlanRequest, max_gpus: int = 1 << 16) -> Optional[int]:
+    """The smallest GPU count (whole nodes, doubling) of the same type on which some layout fits."""
+    node = request.hardware.gpus_per_node
+    gpus = max(node, request.world_size * 2)
+    while gpus <= max_gpus:
+        if plan(request.with_world(gpus)).best is not None:
+            return gpus
+        gpus *= 2
+    return None
+
+
+def explain_layout(request: PlanRequest, layout: Layout, strategy: str = "megatron") -> list[Finding]:
+    """The rule findings for one specific layout: why it is (or is not) among the valid ones."""
+    return check_layout(facts_for(request, layout, strategy))

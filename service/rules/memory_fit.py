@@ -1,0 +1,73 @@
+"""The memory-fit rule: the estimated memory per GPU of a config's layout must fit the GPU.
+
+Same estimator as the planner (service/memory.py), so a layout `plan` marks as fitting does
+not fail `validate`. The planner checks fit itself for every recompute and sharding option,
+so it marks its facts with ``extra["planner"]`` and this rule stays out of its way.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from service import constants as C
+from service.facts import Facts
+from service.memory import MemoryModel, model_shape
+from service.rules.registry import Violation, layout_rule
+
+BUNDLED_SHARDING = {"fsdp2": "full", "ddp": "none"}
+
+
+def sharding_of(facts: Facts) -> str:
+    """How the config shards training state over DP: from ``extra["sharding"]`` when the validator
+    read it from the config, else the strategy's default (Bridge turns the distributed optimizer on)."""
+    explicit = facts.extra.get("sharding")
+    if explicit in ("none", "optimizer", "full"):
+        return explicit
+    return BUNDLED_SHARDING.get(facts.strategy, "optimizer")
+
+
+def _fix(facts: Facts, total: float, capacity: float) -> str:
+    lay = facts.layout
+    steps = []
+    if lay.micro_batch_size > 1:
+        steps.append("lower step_scheduler.local_batch_size (micro batch) first")
+    if lay.recompute != "full":
+        steps.append("set distributed.activation_checkpointing: full" if lay.recompute == "selective"
+                     else "set distributed.activation_checkpointing: selective (or full)")
+    if facts.model is not None and facts.model.is_moe:
+        steps.append("raise distributed.ep_size (expert weights shard over EP)")
+    steps.append("raise tp_size within the node or pp_size")
+    if sharding_of(facts) != "full":
+        steps.append("shard the training state (fsdp2, or Megatron-FSDP)")
+    return (f"need {total - capacity:.1f} GiB less per GPU: " + "; ".join(steps)
+            + "; `recipe-advisor plan` lists layouts that fit")
+
+
+@layout_rule("RA-M002", "error", "distributed.activation_checkpointing", "estimated memory fits the GPU",
+             "service/memory.py: Megatron theoretical memory, Korthikanti et al. 2022, HF Ultra-Scale Playbook")
+def memory_fits(f: Facts) -> Optional[Violation]:
+    if f.extra.get("planner") or f.model is None or f.hardware is None or not f.seq_length:
+        return None
+    dp = f.dp
+    if dp == 0 or f.world_size % (f.layout.pp * f.layout.ep * f.layout.etp):
+        return None  # the divisibility rules report this layout already
+    accumulation = f.grad_accumulation_steps or 1
+    engine = "bundled" if f.strategy in BUNDLED_SHARDING else "megatron"
+    sharding = sharding_of(f)
+    if engine == "bundled" and sharding == "optimizer":
+        sharding = "full"
+    model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length, engine=engine,
+                        peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision)
+    estimate = model.estimate(f.layout, sharding, accumulation)
+    capacity = f.hardware.memory_gib
+    total = estimate.total
+    breakdown = (f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}, "
+                 f"activations {estimate.activations:.1f}, other {estimate.other:.1f}")
+    if total > capacity:
+        return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) exceeds the {capacity:g} GiB of "
+                         f"one {f.hardware.name}", _fix(f, total, capacity))
+    if total > capacity * C.MEMORY_WARNING_FRACTION:
+        return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) is {total / capacity:.0%} of the "
+                         f"{capacity:g} GiB of one {f.hardware.name}: little headroom for allocator spikes",
+                         _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION), severity="warning")
+    return None

@@ -1,0 +1,300 @@
+"""Step time, tokens/s per GPU and MFU of one parallel layout.
+
+The model, per micro batch on the slowest pipeline stage:
+
+* **Compute.** Model FLOPs per token are ``6·N`` (N: the parameters a token multiplies
+  through: dense body, its top-k routed experts, the LM head; Kaplan et al. 2020) plus the
+  attention term ``12·L·h·s`` (``6·a·(d_qk + d_v)·s`` per layer, which is ``12·h·s`` for
+  standard heads; Narayanan et al. 2021, PaLM appendix B). GEMMs run at the precision's dense
+  peak times an achievable efficiency that falls when a GEMM dimension is small (TP-split
+  widths, few tokens per expert); causal fused attention executes half its FLOPs at the BF16
+  peak times ``ATTENTION_EFFICIENCY``; element-wise kernels are bound by HBM bandwidth.
+  Full recompute repeats the forward (8·N instead of 6·N).
+* **Communication that does not overlap.** TP/SP all-gathers and reduce-scatters per block
+  (4 per block and micro batch, over NVLink when TP stays in the NVLink domain, else over the
+  inter-node link); the CP ring exchange of K/V beyond what attention hides; EP all-to-all
+  dispatch and combine; pipeline point-to-point transfers.
+* **Pipeline bubble** ``(PP-1)/VP`` micro-batch times (Narayanan et al. 2021: bubble fraction
+  ``(PP-1)/(VP·m)``), and stage imbalance when layers (and the LM head) do not split evenly.
+* **Data parallel.** The gradient reduce-scatter (distributed optimizer) or all-reduce (DDP)
+  overlaps the last micro batch's backward, the parameter all-gather the first forward, up
+  to ``DP_OVERLAP_FRACTION``; FSDP gathers and reduces every micro batch.
+* **Optimizer step**, bound by HBM bandwidth.
+
+Collective costs are ring formulas (all-reduce ``2(n-1)/n·B``, all-gather and
+reduce-scatter ``(n-1)/n·B``, all-to-all ``(n-1)/n·B`` per GPU) over the bus bandwidth
+NCCL achieves (``service.constants``). Megatron's rank order is tp-cp-ep-dp-pp, so a group
+spans its size times the sizes inside it; it runs over NVLink when that span fits in one
+NVLink domain. MFU is model FLOPs per second over the dense peak of the training precision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from recipe_index.cards import HardwareCard
+from service import constants as C
+from service.facts import Layout
+from service.memory import ModelShape, stage_layers
+
+ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
+
+
+def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
+    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head) + 12·L·h·s attention."""
+    return 6.0 * shape.gemm_params_per_token + shape.attention_flops_coef * seq_length
+
+
+def _moe_imbalance(experts: int, ep: int) -> float:
+    """Load of the busiest EP rank over the mean (see MOE_EXPERT_LOAD_CV)."""
+    if ep <= 1:
+        return 1.0
+    return 1.0 + C.MOE_EXPERT_LOAD_CV / math.sqrt(experts / ep) * math.sqrt(2.0 * math.log(ep))
+
+
+def _overlapped(comm_s: float, hideable_s: float) -> float:
+    """Cost of ``comm_s`` of traffic that can hide behind ``hideable_s`` of compute."""
+    hidden = min(comm_s, hideable_s)
+    return comm_s - hidden + C.OVERLAP_INTERFERENCE * hidden
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per optimizer step and what they are made of (all exposed, i.e. not overlapped)."""
+
+    step_time_s: float
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+
+    def breakdown(self, digits: int = 4) -> dict:
+        return {k: round(v, digits) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class _MicroBatch:
+    """Whole-model costs of one micro batch on one GPU (before the pipeline split)."""
+
+    layer_s: float  # compute of one average decoder layer
+    head_s: float  # LM head and loss
+    tp_s: float
+    cp_s: float
+    ep_s: float
+
+
+class StepTimeModel:
+    """Step-time estimates for one model, hardware, precision and batch; caches what layouts share.
+
+    The planner builds one per request and calls :meth:`estimate` for every candidate.
+    """
+
+    def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
+                 global_batch_size: int, precision: str = "bf16", engine: str = "megatron"):
+        self.shape, self.hw = shape, hardware
+        self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
+        self.precision, self.engine = precision, engine
+        self.peak = hardware.peak_tflops(precision) * 1e12
+        self.peak_bf16 = hardware.bf16_tflops * 1e12
+        self.hbm = hardware.hbm_tbps * 1e12
+        self.matmul_eff = C.MATMUL_EFFICIENCY.get(precision, C.MATMUL_EFFICIENCY["bf16"])
+        self.domain = max(hardware.nvlink_domain, 1)
+        self.tp_exposed = C.TP_COMM_EXPOSED_FRACTION if engine == "megatron" else 1.0
+        self.flops_per_token = model_flops_per_token(shape, seq_length)
+        self.half_dim = C.GEMM_HALF_EFFICIENCY_DIM.get(hardware.arch, C.GEMM_HALF_EFFICIENCY_DIM_DEFAULT)
+        self._mb_cache: dict[tuple, _MicroBatch] = {}
+        self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
+
+    def _size_efficiency(self, dim: float) -> float:
+        """GEMM efficiency lost to a small dimension ``dim`` (tile and wave quantisation)."""
+        return dim / (dim + self.half_dim)
+
+    # ------------------------------------------------------------ links
+
+    def _link(self, size: int, stride: int = 1) -> tuple[float, float]:
+        """(bus bandwidth in bytes/s, latency) of a ring collective over ``size`` ranks ``stride`` apart.
+
+        Inside one NVLink domain the ring runs over NVLink. Across domains NCCL runs one ring
+        channel per member NIC, so the members a domain holds share the crossing: the bus
+        bandwidth is min(NVLink, members per domain x NIC) (rail-optimised fabrics; nccl-tests
+        multi-node busbw on DGX H100 approaches 8 x 50 GB/s with TP=1, one NIC's worth with TP=8).
+        """
+        hw = self.hw
+        nvlink = hw.intra_node_gbps * 1e9 * C.NCCL_BUS_EFFICIENCY_NVLINK
+        if size * stride <= self.domain:
+            return nvlink, C.COLLECTIVE_LATENCY_NVLINK_S
+        members = max(1, min(size, self.domain // stride)) if stride < self.domain else 1
+        network = members * hw.inter_node_gbps * 1e9 * C.NCCL_BUS_EFFICIENCY_NETWORK
+        return min(nvlink, network), C.COLLECTIVE_LATENCY_NETWORK_S
+
+    def _alltoall_s(self, bytes_out: float, span: int) -> float:
+        """All-to-all where every GPU sends ``bytes_out`` spread evenly over a group spanning ``span``."""
+        hw = self.hw
+        nvl = hw.intra_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
+        if span <= self.domain:
+            return bytes_out / nvl + C.COLLECTIVE_LATENCY_NVLINK_S
+        remote = 1.0 - self.domain / span
+        net = hw.inter_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
+        return max(bytes_out * (1 - remote) / nvl, bytes_out * remote / net) + C.COLLECTIVE_LATENCY_NETWORK_S
+
+    # ------------------------------------------------------------ one micro batch
+
+    def _micro_batch(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mbs: int, recompute: str) -> _MicroBatch:
+        key = (tp, cp, ep, etp, sp, mbs, recompute)
+        cached = self._mb_cache.get(key)
+        if cached is not None:
+            return cached
+        s = self.shape
+        tokens = mbs * self.seq / cp
+        size_tokens = self._size_efficiency(tokens)
+        dense_eff = self.matmul_eff * size_tokens * self._size_efficiency(s.min_dense_width / tp)
+        body_dense_s = 6.0 * s.layer_dense_params / tp * tokens / (self.peak * dense_eff)
+        head_s = 6.0 * s.head_params / tp * tokens / (self.peak * dense_eff)
+        expert_s = 0.0
+        if s.is_moe:
+            local_tokens = tokens / tp
+            per_expert_tokens = local_tokens * s.top_k * ep / s.experts
+            expert_eff = self.matmul_eff * self._size_efficiency(per_expert_tokens) * self._size_efficiency(s.expert_width / etp)
+            imbalance = _moe_imbalance(s.experts, ep)
+            expert_s = 6.0 * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
+        attention_s = (s.attention_flops_coef * self.seq * tokens * ATTENTION_CAUSAL_FRACTION / tp
+                       / (self.peak_bf16 * C.ATTENTION_EFFICIENCY * size_tokens))
+        gathered = self.engine == "bundled"
+        act_bytes = s.act_none.per_gpu(tp, sp and tp > 1, gathered) * tokens
+        elementwise_s = act_bytes * C.ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE / self.hbm
+        logits_s = tokens * s.vocab / tp * C.LOGITS_BYTES_UNFUSED * 2 / self.hbm
+        body_s = body_dense_s + expert_s + attention_s + elementwise_s
+        if recompute == "full":
+            body_s *= C.FULL_RECOMPUTE_FLOPS_FACTOR
+        elif recompute == "selective":
+            body_s *= C.SELECTIVE_RECOMPUTE_TIME_FACTOR
+        replay = 1.5 if recompute == "full" else 1.0  # full recompute replays the forward's collectives
+
+        tp_s = 0.0
+        if tp > 1:
+            bw, lat = self._link(tp, 1)
+            volume = tokens * s.hidden * C.ACTIVATION_BYTES * (tp - 1) / tp
+            traffic = s.tp_blocks * 4 * (volume / bw + lat) * replay
+            tp_s = traffic * self.tp_exposed + C.OVERLAP_INTERFERENCE * traffic * (1 - self.tp_exposed)
+        cp_s = 0.0
+        if cp > 1:
+            bw, lat = self._link(cp, tp)
+            ring = 3 * (cp - 1) * tokens * s.kv_bytes_per_token / tp / bw + 3 * (cp - 1) * s.attention_layers * lat
+            exposed = max(ring * C.CP_MIN_EXPOSED_FRACTION, ring - C.CP_OVERLAP_FRACTION * attention_s)
+            cp_s = exposed + C.OVERLAP_INTERFERENCE * (ring - exposed)
+        ep_s = 0.0
+        if s.is_moe and ep > 1:
+            a2a_bytes = 1.5 if self.precision in ("fp8", "nvfp4") else C.ACTIVATION_BYTES  # FP8 dispatch, BF16 combine
+            # A token goes once to each EP rank holding one of its top-k experts (DeepEP/HybridEP
+            # send one copy per rank): expected ranks hit = ep·(1 - (1 - 1/ep)^k), remote ones (ep-1)/ep.
+            ranks_hit = ep * (1.0 - (1.0 - 1.0 / ep) ** s.top_k)
+            per_a2a = tokens / tp * ranks_hit * s.hidden * a2a_bytes * (ep - 1) / ep
+            exposed = (C.EP_A2A_EXPOSED_FRACTION_NVLINK if etp * ep <= self.domain
+                       else C.EP_A2A_EXPOSED_FRACTION_NETWORK)
+            traffic = s.moe_layers * 4 * self._alltoall_s(per_a2a * _moe_imbalance(s.experts, ep), etp * ep) * replay
+            ep_s = traffic * exposed + C.OVERLAP_INTERFERENCE * traffic * (1 - exposed)
+        result = _MicroBatch(layer_s=body_s / s.layers, head_s=head_s + logits_s, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s)
+        self._mb_cache[key] = result
+        return result
+
+    # ------------------------------------------------------------ one step
+
+    def estimate(self, layout: Layout, sharding: str = "optimizer") -> StepTime:
+        lay, s = layout, self.shape
+        tp, pp, cp, ep, etp = lay.tp, lay.pp, lay.cp, lay.ep, lay.etp
+        vp = lay.vp or 1
+        dp = self.world_size // (tp * pp * cp)
+        mbs = lay.micro_batch_size
+        m = max(self.gbs // (mbs * dp), 1)
+        mb = self._micro_batch(tp, cp, ep, etp, lay.sp, mbs, lay.recompute)
+
+        layers = s.layers
+        per_stage = stage_layers(layers, pp)
+        if pp == 1:
+            compute = layers * mb.layer_s + mb.head_s
+        else:
+            head_layers = mb.head_s / mb.layer_s if mb.layer_s > 0 else 0.0
+            compute = max(per_stage, math.ceil((layers + head_layers) / pp)) * mb.layer_s
+        fraction = per_stage / layers
+        tp_s, cp_s, ep_s = mb.tp_s * fraction, mb.cp_s * fraction, mb.ep_s * fraction
+
+        pp_s = 0.0
+        if pp > 1:
+            bw, lat = self._link(2, self.world_size // pp)  # point-to-point to the next stage
+            tokens = mbs * self.seq / cp
+            boundary = tokens * s.hidden * C.ACTIVATION_BYTES / (tp if lay.sp and tp > 1 else 1)
+            pp_s = 2 * vp * (boundary / bw + lat) * C.PP_P2P_EXPOSED_FRACTION
+        t_mb = compute + tp_s + cp_s + ep_s + pp_s
+        bubble = (pp - 1) / vp * t_mb if pp > 1 else 0.0
+
+        dp_s, optimizer_s = self._data_parallel(lay, sharding, dp, m, t_mb, fraction)
+        step = m * t_mb + bubble + dp_s + optimizer_s
+        tokens_per_gpu = self.gbs * self.seq / (step * self.world_size)
+        mfu = self.flops_per_token * tokens_per_gpu / self.peak
+        return StepTime(step_time_s=step, compute_s=m * compute, bubble_s=bubble, tp_comm_s=m * tp_s,
+                        cp_comm_s=m * cp_s, ep_comm_s=m * ep_s, pp_comm_s=m * pp_s, dp_comm_s=dp_s,
+                        optimizer_s=optimizer_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=mfu)
+
+    def _data_parallel(self, lay: Layout, sharding: str, dp: int, m: int, t_mb: float,
+                       fraction: float) -> tuple[float, float]:
+        """(DP communication cost, optimizer step) per step for the stage's parameters.
+
+        The cost is the exposed part of the traffic plus OVERLAP_INTERFERENCE of the hidden part.
+        """
+        first, second, optimizer_s = self._dp_costs(lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, sharding, dp, fraction)
+        if sharding == "full":  # gather for forward and backward and reduce-scatter, every micro batch
+            return m * _overlapped(first, C.DP_OVERLAP_FRACTION * t_mb), optimizer_s
+        if sharding == "optimizer":  # reduce-scatter under the last backward, all-gather under the first forward
+            hide_bwd, hide_fwd = C.DP_OVERLAP_FRACTION * t_mb * 2 / 3, C.DP_OVERLAP_FRACTION * t_mb / 3
+            return _overlapped(first, hide_bwd) + _overlapped(second, hide_fwd), optimizer_s
+        return _overlapped(first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3), optimizer_s  # DDP all-reduce
+
+    def _dp_costs(self, tp: int, pp: int, cp: int, ep: int, etp: int, sharding: str, dp: int,
+                  fraction: float) -> tuple[float, float, float]:
+        """Collective seconds of one step's data-parallel traffic before overlap, and the optimizer step."""
+        key = (tp, pp, cp, ep, etp, sharding)
+        hit = self._dp_cache.get(key)
+        if hit is not None:
+            return hit
+        s = self.shape
+        dense = (s.layer_dense_params * fraction + max(s.embedding_params, s.head_params)) / tp
+        expert = s.layer_expert_params * fraction / (ep * etp)
+        # Rank order tp-cp-ep-dp-pp: the dense DP x CP group strides TP ranks, the expert-DP
+        # group strides ETP x EP ranks.
+        dense_group, expert_group = dp * cp, max(self.world_size // (pp * ep * etp), 1)
+        groups = ((dense, dense_group, tp), (expert, expert_group, etp * ep))
+        grad_bytes, weight_bytes = C.MEGATRON_MAIN_GRAD_BYTES, C.DTYPE_BYTES["bf16"]
+
+        def ring(bytes_per: float) -> float:
+            total = 0.0
+            for params, size, stride in groups:
+                if size > 1:
+                    bw, _ = self._link(size, stride)
+                    total += (size - 1) / size * params * bytes_per / bw
+            return total
+
+        if sharding == "full":
+            hit = (ring(2 * weight_bytes + grad_bytes), 0.0, dense / dense_group + expert / expert_group)
+        elif sharding == "optimizer":
+            hit = (ring(grad_bytes), ring(weight_bytes), dense / dense_group + expert / expert_group)
+        else:
+            hit = (2 * ring(grad_bytes), 0.0, dense + expert)
+        hit = (hit[0], hit[1], hit[2] * C.OPTIMIZER_STEP_BYTES_PER_PARAM / self.hbm)
+        self._dp_cache[key] = hit
+        return hit
+
+
+def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout, *, world_size: int,
+                       seq_length: int, global_batch_size: int, precision: str = "bf16",
+                       sharding: str = "optimizer", engine: str = "megatron") -> StepTime:
+    """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
+    model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
+                          global_batch_size=global_batch_size, precision=precision, engine=engine)
+    return model.estimate(layout, sharding)

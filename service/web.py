@@ -1,0 +1,196 @@
+"""HTML pages: the recommend form at /, its result page, and the validate page.
+
+Server-rendered with jinja2 (autoescaped: whatever a user types comes back as
+text, never markup). No page needs JavaScript; /static/app.js only adds the
+copy button. Errors re-render the form with the problem beside it, with the
+same status the API would answer (404, 422, 400, 413) and never a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field as dataclass_field
+from importlib import resources
+from typing import Any, Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+import recipe_index as index
+from recipe_index.errors import UnknownHardwareError
+from service import api_models as m
+from service.http_limits import MAX_BODY_BYTES
+from service.lookups import lookup_model
+from service.validate import validate_text
+from service.yamlio import YamlError, decode
+
+router = APIRouter(include_in_schema=False)
+
+_env = Environment(
+    loader=FileSystemLoader(str(resources.files("templates"))),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates = Jinja2Templates(env=_env)
+
+GOALS = [("pretrain", "Pretrain"), ("sft", "Supervised fine-tuning (SFT)"), ("peft", "LoRA fine-tuning (PEFT)")]
+ENGINES = [("megatron", "Megatron Bridge"), ("bundled", "Bundled trainer (torchrun)")]
+PRECISIONS = ["bf16", "fp8", "nvfp4", "fp16", "fp32"]
+
+
+@dataclass
+class Problem:
+    """One thing the user must fix, shown above the form."""
+
+    message: str
+    field: Optional[str] = None
+    suggestions: list[str] = dataclass_field(default_factory=list)
+
+
+def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    from service.app import version
+
+    root = request.scope.get("root_path", "").rstrip("/")
+    base = {"root_path": root, "static_url": f"{root}/static", "version": version(), "problems": []}
+    return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+
+def _int_or_none(raw: Any, name: str, problems: list[Problem], low: int = 1, high: int = m.MAX_GPUS) -> Optional[int]:
+    if raw is None or str(raw).strip() == "":
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or not low <= int(text) <= high:
+        problems.append(Problem(f"must be a whole number from {low} to {high} (got {text[:40]!r})", name))
+        return None
+    return int(text)
+
+
+# ------------------------------------------------------------------ validate page
+
+
+@dataclass
+class ListingLine:
+    number: int
+    text: str
+    findings: list[dict]
+
+
+def listing(text: str, findings: list[dict]) -> tuple[list[ListingLine], list[dict]]:
+    """The document's lines, each with its findings; plus the findings that name no line."""
+    lines = [ListingLine(i + 1, t, []) for i, t in enumerate(text.splitlines())]
+    unplaced = []
+    for f in findings:
+        line = f.get("line")
+        if line and 1 <= line <= len(lines):
+            lines[line - 1].findings.append(f)
+        else:
+            unplaced.append(f)
+    return lines, unplaced
+
+
+def _validate_context(form: dict) -> dict:
+    return {"page": "validate", "hardware": index.list_hardware(), "form": form, "report": None}
+
+
+@router.get("/validate", response_class=HTMLResponse)
+def validate_page(request: Request) -> HTMLResponse:
+    return render(request, "validate.html", _validate_context({"yaml": "", "gpu_type": "", "gpus": None, "nodes": None}))
+
+
+@router.post("/validate", response_class=HTMLResponse)
+async def validate_submit(request: Request) -> HTMLResponse:
+    problems: list[Problem] = []
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=MAX_BODY_BYTES)
+    except HTTPException:
+        raise  # 413 from the body cap
+    except Exception:  # malformed multipart: the parser's message is not for users
+        form = {}
+        problems.append(Problem("the form could not be read; submit it from this page", "body"))
+    text = str(form.get("yaml") or "")
+    filename = None
+    upload = form.get("file")
+    if isinstance(upload, UploadFile) and upload.filename:
+        raw = await upload.read(MAX_BODY_BYTES + 1)
+        filename = upload.filename
+        try:
+            text = decode(raw, filename, max_bytes=MAX_BODY_BYTES)
+        except YamlError as err:
+            problems.append(Problem(f"{err.reason}" + (f"; {err.fix}" if err.fix else ""), "file"))
+    text = text.replace("\r\n", "\n")
+    gpu_type = str(form.get("gpu_type") or "").strip() or None
+    values = {
+        "yaml": text,
+        "gpu_type": gpu_type or "",
+        "gpus": _int_or_none(form.get("gpus"), "gpus", problems),
+        "nodes": _int_or_none(form.get("nodes"), "nodes", problems, high=m.MAX_NODES),
+    }
+    context = _validate_context(values)
+    if gpu_type:
+        try:
+            index.get_hardware(gpu_type)
+        except UnknownHardwareError as err:
+            problems.append(Problem(f"unknown GPU type {gpu_type!r}", "gpu_type", err.suggestions or err.known))
+    if not problems and not text.strip():
+        problems.append(Problem("paste a YAML config or choose a file", "yaml"))
+    if problems:
+        return render(request, "validate.html", {**context, "problems": problems}, status_code=422)
+    try:
+        report = await run_in_threadpool(
+            validate_text, text, filename or "<pasted>", values["gpus"], gpu_type, values["nodes"], lookup_model
+        )
+    except YamlError as err:
+        where = f"line {err.line}: " if err.line else ""
+        problem = Problem(f"{where}{err.reason}" + (f" (fix: {err.fix})" if err.fix else ""), "yaml")
+        return render(request, "validate.html", {**context, "problems": [problem]}, status_code=400)
+    findings = [f.to_dict() for f in report.findings]
+    lines, unplaced = listing(text, findings)
+    context["report"] = {
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "infos": sum(f["severity"] == "info" for f in findings),
+        "filename": filename,
+        "lines": lines,
+        "unplaced": unplaced,
+    }
+    return render(request, "validate.html", context)
+
+
+# ------------------------------------------------------------------ recommend form
+
+
+def form_defaults(query: Any) -> dict:
+    return {
+        "model": str(query.get("model", "llama3-8b") or ""),
+        "gpu_type": str(query.get("gpu_type", "h100") or "h100"),
+        "gpus": str(query.get("gpus", "8") or "8"),
+        "nodes": str(query.get("nodes", "1") or "1"),
+        "goal": str(query.get("goal", "pretrain") or "pretrain"),
+        "seq_length": str(query.get("seq_length", "") or ""),
+        "engine": str(query.get("engine", "megatron") or "megatron"),
+        "precision": str(query.get("precision", "") or ""),
+    }
+
+
+def _form_context(form: dict) -> dict:
+    return {
+        "page": "recommend",
+        "form": form,
+        "models": index.list_models(),
+        "hardware": index.list_hardware(),
+        "goals": GOALS,
+        "engines": ENGINES,
+        "precisions": PRECISIONS,
+        "limits": {"gpus": m.MAX_GPUS, "nodes": m.MAX_NODES, "seq_length": m.MAX_SEQ_LENGTH},
+    }
+
+
+@router.get("/", response_class=HTMLResponse)
+def index_page(request: Request) -> HTMLResponse:
+    return render(request, "index.html", _form_context(form_defaults(request.query_params)))

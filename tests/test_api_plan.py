@@ -1,0 +1,124 @@
+"""POST /v1/plan: the planner over HTTP, same answers as the library, bad input as 4xx."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service import api
+from service.app import create_app
+from service.planner import make_request, plan
+
+BODY = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app()) as c:
+        yield c
+
+
+def test_plan_matches_the_library(client):
+    r = client.post("/v1/plan", json={**BODY, "top": 3})
+    assert r.status_code == 200
+    expected = plan(make_request("llama3-8b", 8, "h100")).to_dict(top=3)
+    assert r.json() == expected
+    first = r.json()["layouts"][0]
+    assert first["fits"] and first["dp"] * first["tp"] * first["pp"] * first["cp"] == 8
+
+
+def test_plan_passes_every_field_through(client):
+    body = {**BODY, "nodes": 2, "goal": "sft", "seq_length": 8192, "global_batch_size": 64,
+            "precision": "fp16", "engine": "bundled", "top": 2}
+    got = client.post("/v1/plan", json=body).json()
+    assert got["hardware"]["world_size"] == 16
+    assert (got["goal"], got["seq_length"], got["global_batch_size"], got["precision"], got["engine"]) == (
+        "sft", 8192, 64, "fp16", "bundled")
+    assert len(got["layouts"]) == 2
+    assert all(row["pp"] == 1 for row in got["layouts"])  # the bundled trainer has no pipeline parallelism
+
+
+def test_plan_aliases_share_one_cache_entry(client):
+    api.cached_plan.cache_clear()
+    api.responses.clear()
+    a = client.post("/v1/plan", json={**BODY, "top": 1}).json()
+    b = client.post("/v1/plan", json={**BODY, "model": "meta-llama/Meta-Llama-3-8B", "gpu_type": "H100", "top": 4}).json()
+    again = client.post("/v1/plan", json={**BODY, "model": "Meta-Llama-3-8B", "top": 4}).json()
+    assert a["layouts"][0] == b["layouts"][0] and again == b
+    info = api.cached_plan.cache_info()
+    assert (info.misses, info.hits) == (1, 1)  # one ranking computed for both `top`s
+    assert (api.responses.misses, api.responses.hits) == (2, 1)  # the third request is a stored body
+
+
+def test_plan_with_no_valid_layout_is_an_empty_list(client):
+    r = client.post("/v1/plan", json={"model": "deepseek-v3", "gpus": 1, "gpu_type": "h100"})
+    assert r.status_code == 200
+    assert r.json()["layouts"] == [] or not r.json()["layouts"][0]["fits"]
+
+
+@pytest.mark.parametrize(
+    "change, loc",
+    [
+        ({"gpus": "eight"}, ["body", "gpus"]),
+        ({"gpus": 0}, ["body", "gpus"]),
+        ({"goal": "train"}, ["body", "goal"]),
+        ({"engine": "deepspeed"}, ["body", "engine"]),
+        ({"precision": "int8"}, ["body", "precision"]),
+        ({"top": 1000}, ["body", "top"]),
+        ({"gpu-type": "h100"}, ["body", "gpu-type"]),
+    ],
+)
+def test_plan_bad_fields_are_422_naming_the_field(client, change, loc):
+    r = client.post("/v1/plan", json={**BODY, **change})
+    assert r.status_code == 422
+    assert loc in [e["loc"] for e in r.json()["detail"]]
+
+
+@pytest.mark.parametrize("missing", ["model", "gpus", "gpu_type"])
+def test_plan_missing_fields_are_422(client, missing):
+    body = {k: v for k, v in BODY.items() if k != missing}
+    r = client.post("/v1/plan", json=body)
+    assert r.status_code == 422
+    assert ["body", missing] in [e["loc"] for e in r.json()["detail"]]
+
+
+def test_plan_unknown_model_is_404_with_closest_ids(client):
+    r = client.post("/v1/plan", json={**BODY, "model": "lama3-8b"})
+    assert r.status_code == 404
+    assert r.json()["field"] == "model"
+    assert "llama3-8b" in r.json()["suggestions"]
+
+
+def test_plan_unknown_gpu_is_404(client):
+    r = client.post("/v1/plan", json={**BODY, "gpu_type": "h10"})
+    assert r.status_code == 404
+    assert r.json()["field"] == "gpu_type" and "h100" in r.json()["suggestions"]
+
+
+def test_plan_never_treats_the_model_as_a_server_path(client):
+    r = client.post("/v1/plan", json={**BODY, "model": "/etc"})
+    assert r.status_code == 404
+
+
+FIRST_REQUEST = """
+import json
+from fastapi.testclient import TestClient
+from service.app import create_app
+body = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "engine": "bundled", "precision": "fp8"}
+with TestClient(create_app()) as client:
+    print(json.dumps(client.post("/v1/plan", json=body).json()["layouts"]))
+"""
+
+
+def test_first_request_of_a_fresh_worker_uses_every_rule():
+    # In a new process the first call is a plan: the bundled trainer's precision rule must apply already.
+    out = subprocess.run([sys.executable, "-c", FIRST_REQUEST], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    layouts = json.loads(out.stdout)
+    assert not any(row["fits"] for row in layouts)

@@ -1,0 +1,127 @@
+"""A real browser against a real server: Debian's chromium driven by Playwright.
+
+The server is uvicorn on 127.0.0.1 (a free port) in a thread of this process.
+The browser is the system's /usr/bin/chromium (`apt-get install chromium`), so
+nothing is downloaded. Screenshots land in $BROWSER_SCREENSHOTS (default: the
+test's tmp dir) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from service.app import create_app
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+LAPTOP = {"width": 1366, "height": 900}
+BAD_TP = """\
+model:
+  pretrained_model_name_or_path: llama3-8b
+step_scheduler:
+  global_batch_size: 64
+distributed:
+  strategy: megatron
+  tp_size: 3
+hardware:
+  gpu_type: h100
+  gpus_per_node: 8
+"""
+BAD_TP_LINE = 7
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        assert time.time() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), (
+        f"{CHROMIUM} not found: apt-get install chromium (make test installs it)"
+    )
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    folder = Path(os.environ.get("BROWSER_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(params=[True, False], ids=["js", "no-js"])
+def page(request, browser):
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=request.param)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    yield pg
+    context.close()
+    assert not errors, errors  # no script errors, no CSP violations
+
+
+def test_validate_page_shows_the_finding_on_its_line(page, base_url, shots):
+    page.goto(f"{base_url}/validate")
+    page.fill("#yaml", BAD_TP)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    flagged = page.locator(f"tr#L{BAD_TP_LINE}")
+    assert flagged.get_attribute("class") == "flagged"
+    assert "tp_size: 3" in flagged.inner_text()
+    finding = page.locator(f'tr.finding[data-line="{BAD_TP_LINE}"]').first
+    assert "distributed.tp_size" in finding.inner_text()
+    assert "error" in finding.inner_text()
+    # The finding row follows its line directly in the listing.
+    following = page.locator(f"tr#L{BAD_TP_LINE} + tr")
+    assert following.get_attribute("data-line") == str(BAD_TP_LINE)
+    page.screenshot(path=str(shots / "validate.png"), full_page=True)
+    assert (shots / "validate.png").stat().st_size > 10_000
+
+
+def test_validate_upload(page, base_url, tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(BAD_TP)
+    page.goto(f"{base_url}/validate")
+    page.set_input_files("#file", str(config))
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    assert "recipe.yaml" in page.inner_text("#findings")
+    assert page.locator(f'tr.finding[data-line="{BAD_TP_LINE}"]').count() >= 1
+
+
+def test_typed_markup_stays_text(page, base_url):
+    hostile = "<img src=x onerror=alert(1)>"
+    page.goto(f"{base_url}/validate")
+    page.fill("#yaml", f"model:\n  pretrained_model_name_or_path: '{hostile}'\n")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    assert page.locator("img").count() == 0
+    assert hostile in page.inner_text("table.listing")

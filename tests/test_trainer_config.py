@@ -1,0 +1,206 @@
+"""Trainer config handling without torch.distributed: overrides, YAML, `_target_` allow-list,
+pre-flight checks and the `recipe-advisor train` launcher (dry run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer.builders import check_target, instantiate, resolve_target
+from trainer.launch import load_config, preflight
+from trainer.overrides import ConfigError, apply_overrides, coerce_value, load_yaml_file, parse_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "recipe_index" / "recipes" / "bundled"
+
+
+# ---- overrides -------------------------------------------------------------------------------
+
+def test_overrides_both_spellings_and_coercion():
+    cfg = {"optimizer": {"lr": 0.1}, "step_scheduler": {"max_steps": 3}}
+    out = apply_overrides(cfg, ["--optimizer.lr", "1e-4", "--step_scheduler.max_steps=8",
+                                "--peft.target_modules", "[q_proj, v_proj]", "--compile.enabled", "true",
+                                "--optimizer.weight_decay", "-0.5", "--restore_from.path", "LATEST"])
+    assert out["optimizer"] == {"lr": 1e-4, "weight_decay": -0.5}
+    assert out["step_scheduler"]["max_steps"] == 8
+    assert out["peft"] == {"target_modules": ["q_proj", "v_proj"]}
+    assert out["compile"]["enabled"] is True
+    assert out["restore_from"]["path"] == "LATEST"
+    assert cfg["optimizer"] == {"lr": 0.1}, "the input config must not be modified"
+
+
+@pytest.mark.parametrize("text,value", [("1e-4", 1e-4), ("3", 3), ("0.5", 0.5), ("null", None),
+                                        ("off", False), ("fsdp2", "fsdp2"), ("{a: 1}", {"a": 1})])
+def test_coerce_value(text, value):
+    assert coerce_value(text) == value
+
+
+@pytest.mark.parametrize("argv,needle", [(["optimizer.lr", "1"], "expected --section.key"),
+                                         (["--optimizer.lr"], "has no value"),
+                                         (["--bad..key=1"], "not a dotted key")])
+def test_bad_overrides(argv, needle):
+    with pytest.raises(ConfigError, match=needle):
+        parse_overrides(argv)
+
+
+def test_override_into_a_scalar_is_refused():
+    with pytest.raises(ConfigError, match="precision is a str"):
+        apply_overrides({"precision": "fp32"}, ["--precision.x", "1"])
+
+
+# ---- YAML ------------------------------------------------------------------------------------
+
+def test_yaml_reads_bare_exponent_as_float(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optimizer:\n  lr: 3e-4\n  eps: 1.0e-8\n")
+    assert load_yaml_file(path)["optimizer"] == {"lr": 3e-4, "eps": 1e-8}
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "empty"),
+    ("- a\n- b\n", "not a mapping"),
+    ("a: [1, 2\n", "YAML syntax error"),
+    ("a: !!python/object/apply:os.system ['true']\n", "YAML"),
+    ("a: &x [1]\n" + "".join(f"b{i}: *x\n" for i in range(300)), "aliases"),
+])
+def test_yaml_bad_files(tmp_path, content, needle):
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=needle):
+        load_yaml_file(path)
+
+
+def test_yaml_missing_and_binary(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_yaml_file(tmp_path / "nope.yaml")
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"\x00\x01\x02")
+    with pytest.raises(ConfigError, match="binary"):
+        load_yaml_file(binary)
+
+
+# ---- _target_ allow-list ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["os.system", "builtins.eval", "subprocess.run", "torchvision.models.x",
+                                    "torch.load", "torch.nn.modules.module.sys.exit",
+                                    "torch.optim.__builtins__", "trainer._private", "notdotted"])
+def test_targets_outside_the_allow_list_are_refused_without_import(target):
+    before = set(sys.modules)
+    with pytest.raises(ConfigError, match="optimizer._target_"):
+        resolve_target(target, "optimizer")
+    first = target.split(".")[0]
+    if first not in before and first not in ("torch", "trainer"):
+        assert first not in sys.modules, f"{first} was imported while refusing {target}"
+
+
+def test_allowed_targets_resolve():
+    import torch
+
+    assert resolve_target("torch.optim.AdamW", "optimizer") is torch.optim.AdamW
+    assert resolve_target("torch.nn.CrossEntropyLoss", "loss_fn") is torch.nn.CrossEntropyLoss
+    assert check_target("trainer.data.MockDataset", "dataset") == "trainer.data.MockDataset"
+
+
+def test_instantiate_passes_kwargs_and_only_accepted_defaults():
+    ds = instantiate({"_target_": "trainer.data.MockDataset", "seq_length": 8, "num_samples": 4}, "dataset",
+                     vocab_size=32, not_a_parameter=1)
+    assert len(ds) == 4 and ds.vocab_size == 32
+
+
+def test_instantiate_unknown_kwarg_names_the_section():
+    with pytest.raises(ConfigError, match=r"dataset: trainer.data.MockDataset takes no argument\(s\) sequence"):
+        instantiate({"_target_": "trainer.data.MockDataset", "sequence": 8}, "dataset", vocab_size=32)
+
+
+def test_instantiate_field_error_is_prefixed_with_the_section(tmp_path):
+    with pytest.raises(ConfigError, match=r"^dataset\.path: file .*missing\.jsonl' not found"):
+        instantiate({"_target_": "trainer.data.JsonlSFTDataset", "path": str(tmp_path / "missing.jsonl"),
+                     "seq_length": 8}, "dataset")
+
+
+# ---- pre-flight --------------------------------------------------------------------------------
+
+def _config(tmp_path: Path, **changes) -> Path:
+    cfg = yaml.safe_load((BUNDLED / "tiny_llama_pretrain.yaml").read_text())
+    cfg["checkpoint"]["checkpoint_dir"] = str(tmp_path / "ckpt")
+    for dotted, value in changes.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("changes,world,needle", [
+    ({"step_scheduler__local_batch_size": 3}, 2, "step_scheduler.local_batch_size: global_batch_size 16"),
+    ({"distributed__strategy": "megatron"}, 2, "distributed.strategy: megatron"),
+    ({"distributed__pp_size": 2}, 2, "distributed.pp_size"),
+    ({"distributed__tp_size": 3}, 2, "distributed.tp_size: 3 does not divide the world size 2"),
+    ({"dataset": {"_target_": "trainer.data.JsonlSFTDataset", "path": "no/such.jsonl", "seq_length": 8}}, 2,
+     "dataset.path: file 'no/such.jsonl' not found"),
+    ({"restore_from": {"path": "epoch_9_step_9"}}, 2, "restore_from.path: 'epoch_9_step_9' does not exist"),
+    ({"optimizer": {"_target_": "os.system", "command": "true"}}, 2, "optimizer._target_: 'os.system'"),
+    ({"step_scheduler__global_batch": 3}, 2, "step_scheduler.global_batch: unknown key"),
+    ({"dataset": {"preset": "squad", "seq_length": 64}}, 2, "dataset.preset: 'squad' is a Megatron Bridge dataset"),
+    ({"validation_dataset": {"seq_length": 64}}, 2, "validation_dataset._target_: missing"),
+])
+def test_preflight_refuses_bad_configs_naming_the_key(tmp_path, changes, world, needle):
+    with pytest.raises(ConfigError) as err:
+        _, cfg = load_config(str(_config(tmp_path, **changes)), [])
+        preflight(cfg, world)
+    assert needle in str(err.value)
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("path", sorted(BUNDLED.glob("*.yaml")), ids=lambda p: p.name)
+def test_bundled_recipes_pass_preflight(path):
+    _, cfg = load_config(str(path), [])
+    assert cfg.metadata.kind == "bundled" and cfg.metadata.hardware == "cpu"
+    preflight(cfg, cfg.metadata.num_gpus)
+
+
+# ---- recipe-advisor train ----------------------------------------------------------------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "service.cli", "train", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_train_dry_run_builds_the_torchrun_command():
+    recipe = str(BUNDLED / "tiny_llama_pretrain.yaml")
+    out = _cli(recipe, "--nproc-per-node", "2", "--optimizer.lr", "1e-4", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    cmd = out.stdout.strip()
+    assert "-m torch.distributed.run --nproc-per-node=2 --standalone -m trainer" in cmd
+    assert cmd.endswith(f"{recipe} --optimizer.lr 1e-4")
+
+
+def test_train_multinode_dry_run_uses_c10d():
+    out = _cli(str(BUNDLED / "tiny_llama_pretrain.yaml"), "--nproc-per-node=2", "--nnodes", "2",
+               "--rdzv-endpoint", "node0:29400", "--node-rank", "1", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=node0:29400" in out.stdout
+    assert "--node-rank=1" in out.stdout and "--standalone" not in out.stdout
+
+
+def test_train_bad_config_stops_in_the_launcher(tmp_path):
+    out = _cli(str(_config(tmp_path)), "--nproc-per-node", "2", "--step_scheduler.local_batch_size", "3")
+    assert out.returncode == 2
+    assert "error: step_scheduler.local_batch_size" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_mock_preset_maps_to_the_mock_dataset():
+    from trainer.builders import dataset_call
+    from trainer.config import DatasetSection
+
+    section = DatasetSection.model_validate({"preset": "mock", "seq_length": 64, "packed_sequence": True})
+    assert dataset_call(section, "dataset") == {"_target_": "trainer.data.MockDataset", "seq_length": 64}

@@ -1,0 +1,145 @@
+"""The bundled trainer for real: 2 CPU processes over gloo through torch.distributed.run.
+
+Parallel runs must equal one process on the same global batch (fp32, 1e-5); a resumed run must
+equal a straight one bit for bit, also after a SIGKILL mid-run or mid-save.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.trainer_harness import assert_clean_exit, losses, records, run_trainer, write_config
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One process, no launcher: `python -m trainer CONFIG`."""
+    folder = tmp_path_factory.mktemp("single")
+    result = run_trainer(write_config(folder), nproc=0)
+    assert_clean_exit(result)
+    return folder / "ckpt"
+
+
+@pytest.fixture(scope="module")
+def fsdp2_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fsdp2")
+    assert_clean_exit(run_trainer(write_config(folder)))
+    return folder / "ckpt"
+
+
+def _assert_same_curve(run_dir, reference_dir, tol=TOL):
+    got, want = records(run_dir / "training.jsonl"), records(reference_dir / "training.jsonl")
+    assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(1, 9))
+    for g, w in zip(got, want):
+        assert abs(g["loss"] - w["loss"]) <= tol, (g["step"], g["loss"], w["loss"])
+        assert abs(g["grad_norm"] - w["grad_norm"]) <= 10 * tol * max(1.0, w["grad_norm"])
+        assert g["lr"] == pytest.approx(w["lr"], rel=1e-12)
+
+
+def test_single_process_run_learns_and_logs_metrics(reference):
+    rows = records(reference / "training.jsonl")
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.05, "the loss falls on the bigram mock data"
+    for row in rows:
+        assert set(row) == {"step", "epoch", "loss", "grad_norm", "lr", "mem", "tps", "mfu"}
+        assert row["tps"] > 0 and row["mem"] > 0 and row["mfu"] > 0  # the cpu card has a peak
+    assert (reference / "LATEST").read_text().strip() == "epoch_0_step_8"
+    assert (reference / "epoch_0_step_8" / "model" / "consolidated" / "model.safetensors").is_file()
+
+
+def test_fsdp2_matches_single_process(fsdp2_run, reference):
+    _assert_same_curve(fsdp2_run, reference)
+
+
+@pytest.mark.parametrize("name,overrides", [
+    ("tp2_sp", ["--distributed.tp_size=2", "--distributed.sequence_parallel=true"]),
+    ("ddp_accumulate", ["--distributed.strategy", "ddp", "--step_scheduler.local_batch_size", "1"]),
+])
+def test_parallel_layouts_match_single_process(tmp_path, reference, name, overrides):
+    result = run_trainer(write_config(tmp_path), *overrides)
+    assert_clean_exit(result)
+    _assert_same_curve(tmp_path / "ckpt", reference)
+
+
+@pytest.mark.slow
+def test_fsdp2_tp_2x2_mesh_with_four_processes(tmp_path, reference):
+    result = run_trainer(write_config(tmp_path), "--distributed.tp_size", "2",
+                         "--distributed.sequence_parallel", "true", nproc=4, timeout=240)
+    assert_clean_exit(result)
+    _assert_same_curve(tmp_path / "ckpt", reference)
+
+
+def test_stop_and_resume_equals_a_straight_run_bit_for_bit(tmp_path, fsdp2_run):
+    config = write_config(tmp_path)
+    assert_clean_exit(run_trainer(config, "--step_scheduler.max_steps", "4"))
+    assert (tmp_path / "ckpt" / "LATEST").read_text().strip() == "epoch_0_step_4"
+    result = run_trainer(config)  # no restore_from: auto-resume from checkpoint_dir
+    assert_clean_exit(result)
+    assert "resumed from" in result.stderr and "epoch_0_step_4" in result.stderr
+    assert losses(tmp_path / "ckpt") == losses(fsdp2_run)
+
+
+def test_sigkilled_worker_then_restart_ends_with_the_same_losses(tmp_path, fsdp2_run):
+    config = write_config(tmp_path)
+    killed = run_trainer(config, env={"TRAINER_FAULT_INJECT": "after_step:6:1"})
+    assert killed.returncode != 0
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_4"
+    assert max(r["step"] for r in records(ckpt / "training.jsonl")) >= 5, "it died after step 4's checkpoint"
+    restarted = run_trainer(config)
+    assert_clean_exit(restarted)
+    assert "epoch_0_step_4" in restarted.stderr
+    assert losses(ckpt) == losses(fsdp2_run)
+
+
+def test_kill_during_save_leaves_a_half_written_checkpoint_that_is_skipped(tmp_path, fsdp2_run):
+    config = write_config(tmp_path)
+    killed = run_trainer(config, env={"TRAINER_FAULT_INJECT": "during_save:8:0"})
+    assert killed.returncode != 0
+    ckpt = tmp_path / "ckpt"
+    staging = ckpt / ".tmp_epoch_0_step_8"
+    assert staging.is_dir() and (staging / "model" / "consolidated" / "model.safetensors").is_file()
+    assert not (ckpt / "epoch_0_step_8").exists()
+    # A second, hand-made half-written folder (no completion marker) must be skipped too.
+    shutil.copytree(staging, ckpt / "epoch_0_step_7")
+    restarted = run_trainer(config)
+    assert_clean_exit(restarted)
+    assert "resumed from" in restarted.stderr and "epoch_0_step_4" in restarted.stderr
+    assert losses(ckpt) == losses(fsdp2_run)
+    assert not staging.exists() and (ckpt / "epoch_0_step_8" / ".complete").is_file()
+    assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_8"
+
+
+def test_ddp_matches_single_process_validates_and_keeps_the_last_checkpoints(tmp_path, reference):
+    # Validation and retention change no training numbers, so this run also checks DDP's curve.
+    config = write_config(tmp_path, {
+        "validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 32, "num_samples": 16,
+                               "seed": 99},
+        "step_scheduler": {"val_check_interval": 3, "checkpoint_interval": 2},
+        "checkpoint": {"keep_last": 2}})
+    result = run_trainer(config, "--distributed.strategy", "ddp")
+    assert_clean_exit(result)
+    ckpt = tmp_path / "ckpt"
+    _assert_same_curve(ckpt, reference)
+    val = records(ckpt / "validation.jsonl")
+    assert [r["step"] for r in val] == [3, 6, 8]
+    assert all(r["num_label_tokens"] == 16 * 32 for r in val)
+    assert val[-1]["loss"] < val[0]["loss"], "the held-out samples follow the same rule"
+    assert sorted(p.name for p in ckpt.glob("epoch_*")) == ["epoch_0_step_6", "epoch_0_step_8"]
+
+
+def test_resume_on_another_world_size_reshards_the_optimizer(tmp_path, reference):
+    """Saved by 2 FSDP2 ranks, resumed by 1 process: DCP reshards the optimizer state (and here the
+    model too: save_consolidated false keeps only the sharded copy); the data position is in global
+    samples, so the curve still equals the single-process run."""
+    config = write_config(tmp_path, {"checkpoint": {"save_consolidated": False}})
+    assert_clean_exit(run_trainer(config, "--step_scheduler.max_steps", "4"))
+    model_dir = tmp_path / "ckpt" / "epoch_0_step_4" / "model"
+    assert (model_dir / "sharded" / ".metadata").is_file() and not (model_dir / "consolidated").exists()
+    result = run_trainer(config, nproc=0)
+    assert_clean_exit(result)
+    assert "resumed from" in result.stderr
+    _assert_same_curve(tmp_path / "ckpt", reference)

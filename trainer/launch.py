@@ -1,0 +1,176 @@
+"""Entry of the bundled trainer: ``python -m trainer CONFIG [--a.b v ...]``.
+
+Runs under an existing ``torchrun`` or Slurm ``srun`` (one process per device), or
+alone as one process. Loading the config and the pre-flight checks are torch-free
+(``recipe-advisor train`` runs them before it spawns anything), so a bad config stops
+with one clear message naming the key, before any process group, model or
+checkpoint exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+from trainer.builders import check_target, dataset_call, resolve_data_path
+from trainer.config import RecipeConfig, parse_config, section_fields
+from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
+from trainer.step_scheduler import derive_grad_acc_steps
+
+DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+USAGE = "usage: python -m trainer CONFIG [--section.key VALUE ...]"
+
+
+def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], RecipeConfig]:
+    """(effective plain config, validated RecipeConfig); ConfigError with the key for anything wrong."""
+    raw = apply_overrides(load_yaml_file(path), overrides)
+    try:
+        cfg = parse_config(raw)
+    except ValueError as exc:  # pydantic.ValidationError
+        raise ConfigError(f"{path}: " + _format_validation_error(exc)) from None
+    return raw, cfg
+
+
+def _format_validation_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc)
+    lines = []
+    for err in errors():
+        key = ".".join(str(p) for p in err.get("loc", ()))
+        if err.get("type") == "extra_forbidden":
+            section = key.rpartition(".")[0]
+            known = sorted(section_fields(section)) if section else []
+            hint = f"; known keys: {', '.join(known)}" if known else ""
+            lines.append(f"{key}: unknown key{hint}")
+        else:
+            lines.append(f"{key}: {err.get('msg')} (got {err.get('input')!r})")
+    return "; ".join(lines)
+
+
+UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context parallel"),
+                          ("ep_size", "expert parallel"))
+
+
+def preflight(cfg: RecipeConfig, world_size: int) -> None:
+    """Every check that needs no torch and no model: run before any work, on every rank alike."""
+    d = cfg.distributed
+    if d.strategy == "megatron":
+        raise ConfigError(
+            "distributed.strategy: megatron configs run on Megatron Bridge, not on the bundled trainer; "
+            "use fsdp2 or ddp here (recipe-advisor recommend --engine bundled), or launch with run_recipe.py"
+        )
+    for key, what in UNSUPPORTED_DIMENSIONS:
+        if getattr(d, key) > 1:
+            raise ConfigError(f"distributed.{key}: {what} ({getattr(d, key)}) is not supported by the bundled "
+                              f"trainer; set it to 1 (it supports FSDP2/DDP data parallel and tensor parallel)")
+    if d.vp_size not in (None, 1):
+        raise ConfigError("distributed.vp_size: virtual pipeline needs pipeline parallel; remove it")
+    if world_size % d.tp_size:
+        raise ConfigError(f"distributed.tp_size: {d.tp_size} does not divide the world size {world_size}; "
+                          f"use a tp_size that divides {world_size}")
+    if d.strategy == "ddp" and d.tp_size > 1:
+        raise ConfigError("distributed.tp_size: tensor parallel runs with strategy fsdp2 (a 2-D dp x tp mesh); "
+                          "set distributed.strategy: fsdp2 or tp_size: 1")
+    if cfg.precision == "nvfp4":
+        raise ConfigError("precision: nvfp4 is not supported by the bundled trainer; use bf16, fp16, fp8 or fp32")
+    if d.sequence_parallel and d.tp_size == 1 and _is_rank_zero():
+        print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
+    s = cfg.step_scheduler
+    derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // d.tp_size)
+    for section_name in ("dataset", "validation_dataset"):
+        section = getattr(cfg, section_name)
+        if section is None:
+            continue
+        call = dataset_call(section, section_name)
+        check_target(call["_target_"], section_name)
+        for key in ("path", "tokenizer"):
+            value = call.get(key)
+            if key == "tokenizer" and value in (None, "byte"):
+                continue
+            if value is not None or key == "path" and "Jsonl" in call["_target_"]:
+                try:
+                    resolve_data_path(value, key)
+                except FieldError as exc:
+                    raise ConfigError(f"{section_name}.{exc.field}: {exc.reason}") from None
+    for section_name in ("optimizer", "loss_fn", "recipe", "model"):
+        target = getattr(cfg, section_name).target
+        if target is not None:
+            check_target(target, section_name)
+    if cfg.optimizer.target is None:
+        raise ConfigError("optimizer._target_: missing; e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}")
+    if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
+        raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
+    if cfg.restore_from is not None and cfg.restore_from.path is not None:
+        from trainer.checkpoint import resolve_restore
+
+        resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
+
+
+def launch_world_size() -> int:
+    env = os.environ
+    if "WORLD_SIZE" in env:
+        return int(env["WORLD_SIZE"])
+    if "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
+        return int(env["SLURM_NTASKS"])
+    return 1
+
+
+def _is_rank_zero() -> bool:
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+def run(argv: list[str]) -> int:
+    """Load, check, train. Returns the exit code (0 ok, 2 bad config, 1 failure); never calls exit."""
+    if not argv or argv[0] in ("-h", "--help") or argv[0].startswith("--"):
+        print(USAGE, file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        raw, cfg = load_config(argv[0], argv[1:])
+        preflight(cfg, launch_world_size())
+    except ConfigError as exc:
+        if _is_rank_zero():
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    from trainer.builders import resolve_target
+    from trainer.dist import init_distributed
+
+    try:
+        info = init_distributed(cfg.distributed.backend)
+    except ConfigError as exc:
+        if _is_rank_zero():
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        from trainer.recipes import BaseRecipe
+
+        recipe_cls = resolve_target(cfg.recipe.target or DEFAULT_RECIPE, "recipe")
+        if not (isinstance(recipe_cls, type) and issubclass(recipe_cls, BaseRecipe)):
+            raise ConfigError(f"recipe._target_: {cfg.recipe.target} is not a recipe class (a BaseRecipe subclass "
+                              f"such as {DEFAULT_RECIPE})")
+        recipe = recipe_cls(cfg, raw, info)
+        recipe.setup()
+        recipe.run_train_validation_loop()
+        return EXIT_OK
+    except ConfigError as exc:
+        if info.is_main:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception:
+        print(f"[rank {info.rank}] training failed:", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_FAILED
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    code = run(list(sys.argv[1:] if argv is None else argv))
+    if "trainer.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
+        sys.exit(code)
+    from trainer.dist import exit_process
+
+    exit_process(code, synchronize=code in (EXIT_OK, EXIT_CONFIG))

@@ -1,0 +1,197 @@
+"""The model side of a recipe: build, PEFT, checkpoint weights, layout checks, sharding, saving.
+
+Kept apart from the loop so ``train_ft.py`` reads top to bottom. Every error a
+config can cause is turned into a ConfigError that names the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.builders import instantiate
+from trainer.config import RecipeConfig
+from trainer.dist import DistInfo
+from trainer.overrides import ConfigError
+
+CONSOLIDATED, SHARDED = "consolidated", "sharded"
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+_BUILD_KWARGS = ("dtype", "load_weights", "attn_implementation")
+
+
+def parse_dtype(value: Any) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    name = str(value).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ConfigError(f"model.dtype: {value!r} is not one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[name]
+
+
+def build_model(section, *, seed: int) -> nn.Module:
+    """The model on the meta device (``model._target_`` or, absent, trainer.models.build_causal_lm)."""
+    from trainer.models import build_causal_lm
+
+    kwargs = section.kwargs()
+    name = section.pretrained_model_name_or_path
+    dtype = parse_dtype(kwargs.pop("dtype", "float32"))
+    try:
+        if section.target is not None:
+            return instantiate({"_target_": section.target, **kwargs}, "model", name_or_path=name, dtype=dtype,
+                               device="meta", seed=seed)
+        unknown = sorted(set(kwargs) - set(_BUILD_KWARGS))
+        if unknown:
+            raise ConfigError(f"model: unknown key(s) {', '.join(unknown)}; the default loader takes "
+                              f"pretrained_model_name_or_path, {', '.join(_BUILD_KWARGS)}")
+        return build_causal_lm(name, dtype=dtype, device="meta", seed=seed,
+                               load_weights=bool(kwargs.get("load_weights", False)),
+                               attn_implementation=kwargs.get("attn_implementation", "sdpa"))
+    except ConfigError:
+        raise
+    except (ValueError, FileNotFoundError, OSError) as exc:  # unknown model, bad config.json, no weights
+        raise ConfigError(f"model.pretrained_model_name_or_path: {name!r}: {exc}") from None
+
+
+def check_layout(model_config, cfg: RecipeConfig) -> None:
+    """What the parallel layout needs from this model and data, checked before anything is allocated."""
+    tp = cfg.distributed.tp_size
+    for field in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(model_config, field)
+        if heads % tp:
+            options = [d for d in range(1, heads + 1) if heads % d == 0]
+            raise ConfigError(f"distributed.tp_size: {tp} does not divide the model's {field} ({heads}); "
+                              f"tensor parallel splits whole heads: use tp_size in {options}")
+    seq = cfg.dataset.seq_length
+    if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
+        raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
+                          "splits the sequence over the TP ranks")
+    if tp > 1 and cfg.peft is not None:
+        raise ConfigError("distributed.tp_size: LoRA runs with data parallel only here; set tp_size: 1")
+
+
+def apply_peft(model: nn.Module, section) -> nn.Module:
+    from trainer.peft import apply_lora
+
+    try:
+        return apply_lora(model, rank=section.rank, alpha=section.alpha, dropout=section.dropout,
+                          target_modules=list(section.target_modules))
+    except ValueError as exc:  # its messages name the peft key
+        raise ConfigError(str(exc)) from None
+
+
+def is_adapter_param(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def freeze_all_but_adapters(model: nn.Module) -> None:
+    for name, param in model.named_parameters():
+        param.requires_grad_(is_adapter_param(name))
+
+
+def restore_weights_before_sharding(model: nn.Module, ckpt_dir: Path, *, peft: bool) -> None:
+    """Full runs with consolidated weights: they become the model's source, read when the model is
+    materialised (each rank reads only its shard). Everything else is restored after sharding."""
+    weights = ckpt_dir / "model" / CONSOLIDATED
+    if peft or not weights.is_dir():
+        return
+    from trainer.models import InitSource, is_meta, load_weights_into
+
+    if is_meta(model):
+        seed = getattr(getattr(model, "init_source", None), "seed", 0)
+        model.init_source = InitSource(seed=seed, weights_path=str(weights))
+    else:
+        load_weights_into(model, weights)
+
+
+def restore_weights_after_sharding(model: nn.Module, ckpt_dir: Path, *, peft: bool) -> None:
+    """LoRA runs: the adapter onto the (seeded or pretrained) base. Runs saved without consolidated
+    weights (checkpoint.save_consolidated: false): the sharded copy, resharded by DCP."""
+    if peft:
+        from trainer.peft import load_adapter
+
+        try:
+            load_adapter(model, ckpt_dir / "model")
+        except (ValueError, FileNotFoundError) as exc:
+            raise ConfigError(f"restore_from.path: {ckpt_dir}: {exc}") from None
+    elif (ckpt_dir / "model" / SHARDED).is_dir():
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        state = {"model": get_model_state_dict(model)}
+        dcp.load(state, checkpoint_id=str(ckpt_dir / "model" / SHARDED))
+        set_model_state_dict(model, state["model"])
+    elif not (ckpt_dir / "model" / CONSOLIDATED).is_dir():
+        raise ConfigError(f"restore_from.path: {ckpt_dir} holds no model weights (model/{CONSOLIDATED} or "
+                          f"model/{SHARDED})")
+
+
+def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
+    """(mesh or None, data-parallel process group, data-parallel size)."""
+    from trainer.parallelize import ParallelConfigError, build_mesh
+
+    try:
+        mesh = build_mesh(info.world_size, cfg.distributed.tp_size, info.device.type)
+    except ParallelConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    if mesh is None:
+        return None, None, 1
+    return mesh, mesh["dp"].get_group(), mesh["dp"].size()
+
+
+def parallelize(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device) -> nn.Module:
+    from trainer.parallelize import ParallelConfigError, parallelize_model
+
+    d = cfg.distributed
+    try:
+        return parallelize_model(model, mesh, strategy=d.strategy, tp_size=d.tp_size,
+                                 sequence_parallel=d.sequence_parallel and d.tp_size > 1,
+                                 activation_checkpointing=d.activation_checkpointing, precision=cfg.precision,
+                                 compile=cfg.compile.enabled, device=device, compile_backend=cfg.compile.backend)
+    except ParallelConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def autocast(model: nn.Module, precision: str, device_type: str):
+    from trainer.parallelize import autocast_context
+
+    return autocast_context(model, precision, device_type)
+
+
+def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:
+    """Collective (gathers full tensors); rank 0 writes.
+
+    Full runs: ``consolidated/`` (Hugging Face config.json + safetensors), or with
+    ``checkpoint.save_consolidated: false`` only ``sharded/`` (DCP, one file per rank). LoRA runs: the adapter
+    in the Hugging Face PEFT layout (``adapter_model.safetensors``, ``adapter_config.json``), plus
+    merged weights in ``consolidated/`` when ``peft.merge_on_save`` is set.
+    """
+    from trainer.hf_io import save_hf_model
+    from trainer.models import unwrap_model
+    from trainer.parallelize import full_state_dict
+
+    config = unwrap_model(model).config
+    if cfg.peft is None and not cfg.checkpoint.save_consolidated:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=str(out_dir / SHARDED))
+        return
+    if cfg.peft is None:
+        state = full_state_dict(model)
+        if info.is_main:
+            save_hf_model(state, config, out_dir / CONSOLIDATED)
+        return
+    from trainer.peft import lora_scalings, merged_state_dict, save_adapter
+
+    p = cfg.peft
+    save_adapter(model, out_dir, rank=p.rank, alpha=p.alpha, dropout=p.dropout, target_modules=p.target_modules,
+                 base_model_name_or_path=cfg.model.pretrained_model_name_or_path)
+    if p.merge_on_save:
+        state = full_state_dict(model)
+        if info.is_main:
+            save_hf_model(merged_state_dict(state, lora_scalings(model)), config, out_dir / CONSOLIDATED)

@@ -1,0 +1,257 @@
+"""TrainFinetuneRecipe: pretraining, SFT and LoRA with one loop (NeMo AutoModel's train_ft shape).
+
+``setup()`` builds the components through ``_target_`` builders and applies the
+infrastructure in the seed's order: model (meta device) -> PEFT -> checkpoint
+weights -> freezing -> sharding (TP, FSDP2 / DDP) -> device -> compile; then the
+optimizer, data, loss, LR and step schedulers, and the rest of the checkpoint.
+
+The loss of a step is normalised by the label tokens of the whole global batch
+(summed over micro-batches and all-reduced over data-parallel ranks), so DP,
+FSDP2 and TP runs compute the same loss and gradients as one process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.builders import dataset_call, instantiate, resolve_target
+from trainer.config import RecipeConfig
+from trainer.data import IGNORE_INDEX, ResumableDataLoader
+from trainer.dist import DistInfo, fault_point
+from trainer.lr_schedule import build_lr_scheduler
+from trainer.metrics import (JsonlWriter, MetricsSample, device_peak_flops, flops_per_token, make_progress_bar,
+                             peak_memory_gib, update_progress_bar)
+from trainer.overrides import ConfigError
+from trainer.recipes import model_io
+from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
+from trainer.step_scheduler import StepScheduler
+
+
+def build_loss_fn(section) -> Callable[..., tuple[torch.Tensor, int]]:
+    """``loss_fn`` absent: trainer.loss.causal_lm_loss. A function target gets its keys bound
+    (``{_target_: trainer.loss.causal_lm_loss, chunked: true}``); a class target is instantiated."""
+    from trainer.loss import causal_lm_loss
+
+    if section.target is None:
+        return functools.partial(causal_lm_loss, **section.kwargs())
+    fn = resolve_target(section.target, "loss_fn")
+    if inspect.isfunction(fn):
+        return functools.partial(fn, **section.kwargs())
+    return instantiate({"_target_": section.target, **section.kwargs()}, "loss_fn")
+
+
+def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: Optional[float]) -> torch.Tensor:
+    """Total L2 norm of the gradients (DTensor-aware, as torchtitan), clipped when ``max_norm`` is set."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    if max_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return total
+
+
+class TrainFinetuneRecipe(BaseRecipe):
+    """``setup()`` then ``run_train_validation_loop()``; see the module docstring."""
+
+    def __init__(self, cfg: RecipeConfig, raw_config: dict[str, Any], dist_info: DistInfo):
+        self.cfg = cfg
+        self.raw_config = raw_config
+        self.dist = dist_info
+        self.checkpoint_dir = Path(cfg.checkpoint.checkpoint_dir)
+
+    # ------------------------------------------------------------------------------------- setup
+    def setup(self) -> None:
+        cfg, info = self.cfg, self.dist
+        torch.manual_seed(cfg.rng.seed)
+        self.rng = RNGState()
+
+        # 1. model on the meta device: nothing is allocated before the layout is known
+        model = model_io.build_model(cfg.model, seed=cfg.rng.seed)
+        self.model_config = model.config
+        model_io.check_layout(self.model_config, cfg)
+        # 2. PEFT
+        if cfg.peft is not None:
+            model = model_io.apply_peft(model, cfg.peft)
+        # 3. checkpoint load: the weights come from the checkpoint when the model is materialised
+        self.restore_path = self.select_checkpoint()
+        if self.restore_path is not None:
+            model_io.restore_weights_before_sharding(model, self.restore_path, peft=cfg.peft is not None)
+        # 4. freezing: with PEFT only the adapter trains
+        if cfg.peft is not None:
+            model_io.freeze_all_but_adapters(model)
+        # 5-7. sharding (TP, then FSDP2 or DDP), device placement (materialisation), compile per block
+        self.mesh, self.dp_group, self.dp_size = model_io.build_device_mesh(cfg, info)
+        self.model = model_io.parallelize(model, self.mesh, cfg, info.device)
+        if self.restore_path is not None:
+            model_io.restore_weights_after_sharding(self.model, self.restore_path, peft=cfg.peft is not None)
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = instantiate({"_target_": cfg.optimizer.target, **cfg.optimizer.kwargs()}, "optimizer",
+                                     params=params)
+        self.loss_fn = build_loss_fn(cfg.loss_fn)
+        dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
+        self.dataloader = self._build_dataloader("dataset", cfg.dataset, dp_rank, shuffle=cfg.dataloader.shuffle)
+        self.val_dataloader = None
+        if cfg.validation_dataset is not None:
+            self.val_dataloader = self._build_dataloader("validation_dataset", cfg.validation_dataset, dp_rank,
+                                                         shuffle=False)
+            if len(self.val_dataloader) == 0:
+                raise ConfigError(f"validation_dataset: {len(self.val_dataloader.dataset)} samples are fewer than "
+                                  f"one local batch ({cfg.step_scheduler.local_batch_size}) per data-parallel rank "
+                                  f"({self.dp_size}); add samples")
+            self.untrack_state("val_dataloader")  # validation always reads the whole set from the start
+        s = cfg.step_scheduler
+        self.step_scheduler = StepScheduler(
+            self.dataloader, global_batch_size=s.global_batch_size, local_batch_size=s.local_batch_size,
+            dp_size=self.dp_size, max_steps=s.max_steps, num_epochs=s.num_epochs,
+            val_check_interval=s.val_check_interval,
+            checkpoint_interval=s.checkpoint_interval if cfg.checkpoint.enabled else None,
+            log_interval=s.log_interval)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.lr_scheduler, self.step_scheduler.total_steps)
+        if self.restore_path is not None:
+            self.load_checkpoint_state(self.restore_path)
+            log(f"resumed from {self.restore_path} at step {self.step_scheduler.step}", info)
+
+        self.seq_length = self.dataloader.dataset[0]["input_ids"].shape[0]
+        self.flops_per_token = flops_per_token(self.model_config.num_parameters(),
+                                               self.model_config.num_hidden_layers,
+                                               self.model_config.hidden_size, self.seq_length)
+        self.peak_flops = device_peak_flops(cfg.hardware.gpu_type, cfg.precision, info.device.type)
+        self.autocast = model_io.autocast(self.model, cfg.precision, info.device.type)
+        self.train_log = JsonlWriter(self.checkpoint_dir / "training.jsonl", info.is_main)
+        self.val_log = JsonlWriter(self.checkpoint_dir / "validation.jsonl", info.is_main)
+
+    def _build_dataloader(self, key: str, section, dp_rank: int, *, shuffle: bool) -> ResumableDataLoader:
+        dataset = instantiate(dataset_call(section, key), key, vocab_size=self.model_config.vocab_size)
+        max_id = getattr(dataset, "max_token_id", None)
+        if max_id is not None and max_id >= self.model_config.vocab_size:
+            raise ConfigError(f"{key}.tokenizer: token id {max_id} is outside the model's vocab_size "
+                              f"{self.model_config.vocab_size}; use the model's tokenizer")
+        return ResumableDataLoader(dataset, batch_size=self.cfg.step_scheduler.local_batch_size,
+                                   dp_size=self.dp_size, dp_rank=dp_rank, shuffle=shuffle, seed=self.cfg.rng.seed,
+                                   num_workers=self.cfg.dataloader.num_workers,
+                                   pin_memory=self.cfg.dataloader.pin_memory)
+
+    # ---- BaseRecipe hooks ---------------------------------------------------------------------
+    def model_signature(self) -> dict[str, Any]:
+        peft = self.cfg.peft.model_dump() if self.cfg.peft is not None else None
+        from trainer.checkpoint import model_signature
+
+        return model_signature(self.model_config, peft)
+
+    def save_model_files(self, model: nn.Module, out_dir: Path) -> None:
+        model_io.save_model_files(model, out_dir, self.cfg, self.dist)
+
+    # -------------------------------------------------------------------------------------- loop
+    def run_train_validation_loop(self) -> None:
+        sched, info = self.step_scheduler, self.dist
+        resumed_step = sched.step if self.restore_path is not None else None
+        self.train_log.start(resumed_step)
+        self.val_log.start(resumed_step)
+        pbar = make_progress_bar(info.is_main, sched.total_steps, sched.step)
+        window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
+        self.model.train()
+        for epoch in sched.epochs:
+            for micro_batches in sched:
+                loss, grad_norm, lr, tokens = self._run_train_optim_step(micro_batches)
+                window_tokens += tokens
+                window_steps += 1
+                if sched.is_log_step:
+                    sample = self._metrics(epoch, loss, grad_norm, lr, window_tokens,
+                                           time.perf_counter() - window_start)
+                    self.train_log.write(sample.to_dict())
+                    update_progress_bar(pbar, sample, window_steps)
+                    window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
+                fault_point("after_step", sched.step, info.rank)
+                if sched.is_val_step and self.val_dataloader is not None:
+                    self._run_validation_epoch(epoch, lr)
+                if sched.is_ckpt_step and self.cfg.checkpoint.enabled:
+                    path = self.save_checkpoint(epoch, sched.step)
+                    log(f"saved checkpoint {path}", info)
+                if sched.is_val_step or sched.is_ckpt_step:
+                    window_start = time.perf_counter()  # throughput counts training time only
+        if pbar is not None:
+            pbar.close()
+        self.train_log.close()
+        self.val_log.close()
+
+    def _forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        device = self.dist.device
+        input_ids = batch["input_ids"].to(device, non_blocking=True)
+        labels = batch["labels"].to(device, non_blocking=True)
+        with self.autocast:
+            return self.loss_fn(self.model, input_ids, labels)
+
+    def _run_train_optim_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> tuple[float, float, float, int]:
+        """One optimizer step over the global batch; returns (loss, grad_norm, lr, tokens of the global batch)."""
+        device = self.dist.device
+        local_labels = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro_batches)
+        counts = torch.tensor([float(local_labels)], dtype=torch.float64, device=device)
+        self._dp_all_reduce(counts)
+        label_tokens = max(counts.item(), 1.0)
+        # Sum-reduced loss over the global batch's label tokens; x dp_size undoes DDP/FSDP's gradient mean.
+        scale = self.dp_size / label_tokens
+        loss_sum = torch.zeros((), dtype=torch.float32, device=device)
+        for i, batch in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            sync = self.model.no_sync() if hasattr(self.model, "no_sync") and not last else nullcontext()
+            with sync:
+                batch_loss, _ = self._forward_loss(batch)
+                (batch_loss * scale).backward()
+            loss_sum += batch_loss.detach().float()
+        grad_norm = clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                    self.cfg.clip_grad_norm.max_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._dp_all_reduce(loss_sum)
+        tokens = len(micro_batches) * micro_batches[0]["input_ids"].numel() * self.dp_size
+        return loss_sum.item() / label_tokens, float(grad_norm), lr, tokens
+
+    def _dp_all_reduce(self, tensor: torch.Tensor) -> None:
+        if dist.is_initialized() and self.dp_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
+
+    def _metrics(self, epoch: int, loss: float, grad_norm: float, lr: float, tokens: int,
+                 seconds: float) -> MetricsSample:
+        tps = tokens / max(seconds, 1e-9)
+        mfu = None
+        if self.peak_flops:
+            mfu = self.flops_per_token * tps / (self.peak_flops * self.dist.world_size)
+        return MetricsSample(step=self.step_scheduler.step, epoch=epoch, loss=loss, grad_norm=grad_norm, lr=lr,
+                             mem=peak_memory_gib(self.dist.device), tps=tps, mfu=mfu)
+
+    @torch.no_grad()
+    def _run_validation_epoch(self, epoch: int, lr: float) -> float:
+        """Loss over the whole validation set (eval mode, no grad), normalised by its label tokens."""
+        self.model.eval()
+        start = time.perf_counter()
+        totals = torch.zeros(2, dtype=torch.float64, device=self.dist.device)
+        tokens = 0
+        self.val_dataloader.rewind()
+        for batch in self.val_dataloader:
+            batch_loss, num_labels = self._forward_loss(batch)
+            totals[0] += batch_loss.double()
+            totals[1] += num_labels
+            tokens += batch["input_ids"].numel() * self.dp_size
+        self._dp_all_reduce(totals)
+        self.model.train()
+        val_loss = (totals[0] / totals[1].clamp(min=1)).item()
+        self.val_log.write({"step": self.step_scheduler.step, "epoch": epoch, "loss": val_loss,
+                            "num_label_tokens": int(totals[1].item()), "lr": lr,
+                            "tps": tokens / max(time.perf_counter() - start, 1e-9)})
+        log(f"step {self.step_scheduler.step}: validation loss {val_loss:.4f}", self.dist)
+        return val_loss
