@@ -28,11 +28,12 @@ $(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
 serve: $(SERVE_STAMP)
 	$(BIN)/uvicorn service.app:app --host $(HOST) --port $(PORT)
 
-# Debian's chromium for the real-browser test (Playwright drives it; no browser download).
+# Debian's chromium for the real-browser test (Playwright drives it; no browser download),
+# and curl for the README's curl examples, which a test runs against a live server.
 browser-deps:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium missing: sudo apt-get install chromium (needed by tests/test_browser.py)"; fi; }
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium curl >/dev/null; \
+	  else echo "missing chromium/curl: sudo apt-get install chromium curl (tests/test_browser.py, tests/test_api_docs.py)"; fi; fi
 
 test: $(DEV_STAMP) browser-deps
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -44,6 +44,7 @@ class Scenario:
     path: str
     bodies: list[bytes] = field(default_factory=lambda: [b""])
     content_type: str = "application/json"
+    warm: bool = True  # send each body once before measuring (fills the per-process caches)
 
     def requests(self) -> list[bytes]:
         out = []
@@ -71,6 +72,10 @@ def scenarios() -> dict[str, Scenario]:
         "healthz": Scenario("healthz", "GET", "/healthz"),
         "recommend": Scenario("recommend", "POST", "/v1/recommend", [json.dumps(b).encode() for b in recommend_bodies]),
         "plan": Scenario("plan", "POST", "/v1/plan", [json.dumps({**b, "top": 5}).encode() for b in recommend_bodies]),
+        # Every request a cache miss: distinct global batches of one model, so the planner runs each time.
+        "recommend-miss": Scenario("recommend-miss", "POST", "/v1/recommend", [
+            json.dumps({"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "global_batch_size": 8 * n}).encode()
+            for n in range(1, 20001)], warm=False),
         "validate": Scenario("validate", "POST", "/v1/validate", [recipe], content_type="text/plain"),
     }
 
@@ -105,13 +110,13 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def _client(port: int, requests: list[bytes], offset: int, deadline: float, latencies: list[float],
-                  errors: list[str]) -> None:
+async def _client(port: int, requests: list[bytes], offset: int, stride: int, deadline: float,
+                  latencies: list[float], errors: list[str]) -> None:
     reader = writer = None
     i = offset
     while time.perf_counter() < deadline:
         payload = requests[i % len(requests)]
-        i += 1
+        i += stride  # clients never send the same body twice before the list wraps
         start = time.perf_counter()
         try:
             if writer is None:
@@ -138,7 +143,7 @@ async def drive(port: int, scenario: Scenario, clients: int, duration: float) ->
     errors: list[str] = []
     start = time.perf_counter()
     deadline = start + duration
-    await asyncio.gather(*(_client(port, requests, c, deadline, latencies, errors) for c in range(clients)))
+    await asyncio.gather(*(_client(port, requests, c, clients, deadline, latencies, errors) for c in range(clients)))
     elapsed = time.perf_counter() - start
     return summarize(scenario.name, latencies, errors, elapsed, clients)
 
@@ -200,7 +205,7 @@ def start_server(port: int, workers: int) -> subprocess.Popen:
 
 def warm_up(port: int, scenario: Scenario) -> None:
     """One request per distinct body, so the first measured second is not the cold start."""
-    for body in scenario.bodies:
+    for body in scenario.bodies if scenario.warm else scenario.bodies[-1:]:
         req = urllib.request.Request(f"http://{HOST}:{port}{scenario.path}", method=scenario.method,
                                      data=body if scenario.method == "POST" else None,
                                      headers={"Content-Type": scenario.content_type})
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=20.0, help="seconds per scenario")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument("--scenarios", default="healthz,recommend,validate",
-                   help="comma-separated: healthz, recommend, plan, validate")
+                   help="comma-separated: healthz, recommend, recommend-miss, plan, validate")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS or not 0 < args.duration <= MAX_DURATION_S:
@@ -240,10 +245,10 @@ def main(argv: list[str] | None = None) -> int:
 
     reference = next((r for r in results if r["scenario"] == "healthz"), None)
     print(f"{os.cpu_count()} CPU(s), {args.workers} worker(s), {args.clients} clients, {args.duration:g} s per scenario")
-    print(f"{'scenario':10} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7} {'vs healthz':>10}")
+    print(f"{'scenario':14} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7} {'vs healthz':>10}")
     for r in results:
         ratio = f"{r['req_per_s'] / reference['req_per_s']:.2f}" if reference and reference["req_per_s"] else "-"
-        print(f"{r['scenario']:10} {r['req_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} {r['p99_ms']:8.1f} "
+        print(f"{r['scenario']:14} {r['req_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} {r['p99_ms']:8.1f} "
               f"{r['max_ms']:8.1f} {r['errors']:7d} {ratio:>10}")
         if r["error_kinds"]:
             print(f"  errors: {r['error_kinds']}")

@@ -18,9 +18,7 @@ from starlette.exceptions import HTTPException
 
 import recipe_index as index
 from service import api_models as m
-from service.memo import ResponseCache, cached_json
 from service.lookups import lookup_hardware, lookup_model
-from service.planner import make_request, plan
 from service.validate import validate_text
 from service.yamlio import YamlError, decode
 
@@ -58,6 +56,13 @@ def yaml_error_response(err: YamlError) -> HTTPException:
 
 
 # ------------------------------------------------------------------ service
+
+
+JSON = "application/json"
+
+
+def encode(model: m.BaseModel) -> bytes:
+    return model.model_dump_json(by_alias=True).encode()
 
 
 @lru_cache(maxsize=1)
@@ -145,60 +150,6 @@ async def validate(
         files=[m.FileFindings(path=report.path, findings=[f.to_dict() for f in report.findings])],
         summary=m.ValidateSummary(files=1, errors=report.errors, warnings=report.warnings),
     )
-
-
-# ------------------------------------------------------------------ plan
-
-# Every answer is a pure function of the request and the bundled index, so identical requests
-# (the web form's reloads, CI matrices, load balancers' retries) are served from memory.
-CACHE_SIZE = 1024
-JSON = "application/json"
-responses = ResponseCache(CACHE_SIZE)
-
-
-def _request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
-    """A hashable key with names normalised (`Meta-Llama-3-8B` and `llama3-8b` are one entry)."""
-    values = body.model_dump(exclude=set(exclude))
-    values["model"] = lookup_model(body.model).id
-    values["gpu_type"] = lookup_hardware(body.gpu_type).name
-    return tuple(sorted(values.items()))
-
-
-def plan_request(values: dict):
-    """The planner's request from API fields; unknown names raise the index's 404 errors."""
-    extra = {"precision": values["precision"]} if values.get("precision") else {}
-    return make_request(
-        lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
-        goal=values["goal"], seq_length=values["seq_length"], global_batch_size=values["global_batch_size"],
-        engine=values["engine"], **extra,
-    )
-
-
-@lru_cache(maxsize=CACHE_SIZE)
-def cached_plan(key: tuple):
-    """The full ranking; `top` is applied when encoding, so every `top` shares one entry."""
-    return plan(plan_request(dict(key)))
-
-
-def encode(model: m.BaseModel) -> bytes:
-    return model.model_dump_json().encode()
-
-
-@router.post(
-    "/v1/plan",
-    response_model=m.PlanResponse,
-    tags=["advise"],
-    summary="Rank the parallel layouts of a model on your hardware",
-    description="The same as `recipe-advisor plan --format json`.",
-    responses={**_pick(404, 413), 400: {"model": m.ErrorResponse, "description": "A request that cannot be planned."}},
-)
-async def plan_route(body: m.PlanBody) -> Response:
-    key = _request_key(body, exclude=("top",))
-
-    def compute() -> bytes:
-        return encode(m.PlanResponse.model_validate(cached_plan(key).to_dict(top=body.top)))
-
-    return Response(await cached_json(responses, ("plan", key, body.top), compute), media_type=JSON)
 
 
 # ------------------------------------------------------------------ index

@@ -9,9 +9,9 @@ JSON output, so one parser serves both.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 SEVERITY = Literal["error", "warning", "info"]
 GOAL = Literal["pretrain", "sft", "peft"]
@@ -35,7 +35,7 @@ class _Request(BaseModel):
 
 class _Response(BaseModel):
     # Responses are built from trusted objects; protected_namespaces=() lets a field be called `model`.
-    model_config = ConfigDict(protected_namespaces=())
+    model_config = ConfigDict(protected_namespaces=(), populate_by_name=True)
 
 
 # ---------------------------------------------------------------- errors
@@ -338,3 +338,118 @@ class PlanResponse(_Response):
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])
     layouts: list[LayoutOut] = Field(description="Best first; empty when no layout obeys the rules.")
+
+
+# ---------------------------------------------------------------- recommend
+
+_OVERRIDE_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+OverrideValue = Optional[Union[bool, int, float, str]]
+
+
+class RecommendBody(PlanBody):
+    """What to recommend for; the fields of `recipe-advisor recommend`."""
+
+    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many runner-up layouts to return.", examples=[5])
+    overrides: dict[Annotated[str, StringConstraints(pattern=_OVERRIDE_KEY, max_length=128)], OverrideValue] = Field(
+        default_factory=dict,
+        max_length=64,
+        description=(
+            "Config keys to set on the result, like the CLI's `--optimizer.lr 1e-4`. "
+            "Strings are read as YAML scalars, as on the command line."
+        ),
+        examples=[{"optimizer.lr": 0.0001, "step_scheduler.max_steps": 1000}],
+    )
+
+
+class RecipeRef(_Response):
+    name: str = Field(description="Index name of the base recipe.", examples=["llama3_8b_pretrain_2gpu_h100_bf16"])
+    kind: str = Field(description="library, benchmark or bundled.", examples=["library"])
+    megatron_recipe: Optional[str] = Field(
+        default=None, description="Megatron Bridge recipe function.", examples=["llama3_8b_pretrain_2gpu_h100_bf16_config"]
+    )
+
+
+class RecommendHardware(_Response):
+    gpu_type: str = Field(description="Hardware card used.", examples=["h100"])
+    gpus_per_node: int = Field(description="GPUs per node.", examples=[8])
+    num_nodes: int = Field(description="Nodes.", examples=[1])
+    world_size: int = Field(description="GPUs in all.", examples=[8])
+    memory_gib: float = Field(description="Memory per GPU.", examples=[80.0])
+
+
+class ChangeOut(_Response):
+    """One key that differs from the base config, with its layer (DESIGN.md, JSON of `diff`)."""
+
+    key: str = Field(description="Dotted config key.", examples=["distributed.tp_size"])
+    old: Any = Field(description="Value in the base (`<absent>` when the key was not there).", examples=[2])
+    new: Any = Field(description="Value in the new config (`<absent>` when removed).", examples=[1])
+    layer: LAYER = Field(
+        description="convergence (a new experiment), execution (same training, other mapping) or benchmark-only.",
+        examples=["execution"],
+    )
+
+
+class RecommendResponse(_Response):
+    """A ready config, as `recipe-advisor recommend --format json` prints it, plus the runner-up layouts."""
+
+    model: str = Field(description="Resolved model id.", examples=["llama3-8b"])
+    hardware: RecommendHardware = Field(description="The allocation the config is for.")
+    goal: str = Field(description="Goal served (1 GPU may switch sft to peft; see `notes`).", examples=["pretrain"])
+    engine: str = Field(description="Engine the config is for.", examples=["megatron"])
+    recipe: Optional[RecipeRef] = Field(
+        description="Base recipe (null: built from the schema defaults).",
+        examples=[{"name": "llama3_8b_pretrain_2gpu_h100_bf16", "kind": "library",
+                   "megatron_recipe": "llama3_8b_pretrain_2gpu_h100_bf16_config"}],
+    )
+    why: list[str] = Field(
+        description="Why this base recipe: the seed decision tree's steps, in words.",
+        examples=[["llama3-8b's own pretrain recipe", "sized for 2 x h100; re-planned for 8 x h100"]],
+    )
+    notes: list[str] = Field(
+        description="Fallbacks and adjustments the recommender made.",
+        examples=[["long context (32768 tokens): context parallelism is considered"]],
+    )
+    layout: LayoutOut = Field(description="The chosen layout with its estimates.")
+    other_layouts: list[LayoutOut] = Field(description="The next best layouts, best first.")
+    config: dict[str, Any] = Field(
+        description="The advised config as data (same content as `config_yaml`).",
+        examples=[{"distributed": {"strategy": "megatron", "tp_size": 1}}],
+    )
+    config_yaml: str = Field(description="The advised config file.", examples=["# Generated by `recipe-advisor recommend`..."])
+    changes: list[ChangeOut] = Field(description="Every key changed from the base recipe, with its layer.")
+    findings: list[FindingOut] = Field(description="What `validate` says about the advised config.")
+    commands: dict[str, str] = Field(
+        description="Launch commands by name: torchrun or torchrun_multinode, sbatch, megatron_bridge.",
+        examples=[{"torchrun": "torchrun --nproc-per-node 8 ..."}],
+    )
+
+
+# ---------------------------------------------------------------- diff
+
+
+class DiffBody(_Request):
+    base: str = Field(
+        max_length=1 << 20, description="The reference config YAML (e.g. the recipe).",
+        examples=["distributed:\n  tp_size: 2\nstep_scheduler:\n  global_batch_size: 64\n"],
+    )
+    new: str = Field(
+        max_length=1 << 20, description="The changed config YAML.",
+        examples=["distributed:\n  tp_size: 4\nstep_scheduler:\n  global_batch_size: 128\n"],
+    )
+
+
+class DiffSummary(_Response):
+    convergence: int = Field(description="Changes that make it a new convergence experiment.", examples=[1])
+    execution: int = Field(description="Changes of the hardware mapping only.", examples=[1])
+    benchmark_only: int = Field(alias="benchmark-only", description="Benchmark-only shortcuts.", examples=[0])
+
+
+class DiffResponse(_Response):
+    """As `recipe-advisor diff --format json` prints it."""
+
+    changes: list[ChangeOut] = Field(description="Every changed key, in key order.")
+    summary: DiffSummary = Field(description="Changes per layer.")
+    verdict: Optional[str] = Field(
+        description="One line: same experiment or not.",
+        examples=["new convergence experiment: 1 convergence change(s)"],
+    )

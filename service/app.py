@@ -32,7 +32,10 @@ log = logging.getLogger("recipe_advisor.http")
 DESCRIPTION = """\
 Pick, size and validate LLM training recipes before you spend GPU hours.
 
+* **POST /v1/recommend**: a ready config for a model, hardware and goal, with layout, estimates and launch commands.
+* **POST /v1/plan**: the ranked parallel layouts with memory and step-time estimates.
 * **POST /v1/validate**: check a config (YAML as `text/plain`, or JSON `{"yaml": ...}`); findings carry line and column.
+* **POST /v1/diff**: every key that differs between two configs, as convergence, execution or benchmark-only.
 * **GET /v1/recipes**, **/v1/models**, **/v1/hardware**: browse the bundled index.
 
 Errors: 422 names the field; 404 lists the closest known names; 400 is a YAML document that
@@ -114,7 +117,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    from service import api, web
+    from service import api, api_advise, web
     from service.rules.registry import all_rules
 
     # Register every rule module now, so the first request of a worker judges by the same
@@ -129,6 +132,7 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(api.router)
+    app.include_router(api_advise.router)
     app.include_router(web.router)
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     # Added last = outermost: the body cap applies before any route or parser sees a byte.

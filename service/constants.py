@@ -174,10 +174,13 @@ MOE_EXPERT_LOAD_CV = 0.05
 # Layouts whose estimated throughput is within this fraction of each other are ranked as a tie
 # and ordered by the seed's preferences (fewer PP stages, no CP, smaller TP, larger EP): the
 # step-time model's own error is larger than this (assumed).
-ESTIMATE_TIE_TOLERANCE = 0.05
+ESTIMATE_TIE_TOLERANCE = 0.10
 
 MICRO_BATCH_SIZES = (1, 2, 3, 4, 6, 8)  # Bridge recipes use 1-8 (reference/mbridge_recipes.json)
 MAX_VIRTUAL_PIPELINE = 20  # largest VP in a shipped recipe (Llama 3 70B: 20)
+# Explicit pipeline layouts with uneven stages: at most this many PP x VP stages (the DeepSeek-V3
+# and Kimi K2 layout tables stop at 16: reference/mbridge_rules.md 3g).
+MAX_EXPLICIT_LAYOUT_STAGES = 16
 # A CP rank below this many tokens cannot hide the ring exchange behind attention; the
 # planner does not enumerate it (every recipe whose model the index carries keeps >= 1024).
 MIN_TOKENS_PER_CP_RANK = 1024

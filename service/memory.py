@@ -375,7 +375,7 @@ class MemoryModel:
         self._states: dict[tuple, tuple[tuple[float, float, float], tuple[float, float, float], float]] = {}
         self._acts: dict[tuple, tuple[float, float]] = {}
 
-    def _state(self, tp: int, pp: int, cp: int, ep: int, etp: int,
+    def state_bytes(self, tp: int, pp: int, cp: int, ep: int, etp: int,
                sharding: str) -> tuple[tuple[float, float, float], tuple[float, float, float], float]:
         """((weights, grads, optimizer) bytes on the first stage, the same on the last, stage fraction)."""
         key = (tp, pp, cp, ep, etp, sharding)
@@ -435,7 +435,7 @@ class MemoryModel:
         """(weights, grads, optimizer, activations) bytes on the pipeline stage that needs the most."""
         lay = layout
         tp, pp = lay.tp, lay.pp
-        first, last, fraction = self._state(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
+        first, last, fraction = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
         kept, working = self._activation_per_token(tp, lay.sp and tp > 1, lay.recompute)
         tokens = lay.micro_batch_size * self.seq / lay.cp
         layer_bytes = kept * fraction * tokens
@@ -451,41 +451,40 @@ class MemoryModel:
             return first[0], first[1], first[2], first_acts
         return last[0], last[1], last[2], last_acts
 
-    def totals(self, structure: Layout, micro_batch_size: int, num_microbatches: int,
-               shardings: tuple[str, ...], recomputes: tuple[str, ...]) -> dict[tuple[str, str], float]:
-        """Total GiB of ``structure`` for every (sharding, recompute) at once: the planner's inner loop.
-
-        The same arithmetic as :meth:`parts`, with the training state and the activations of
-        each option computed once and combined.
-        """
+    def totals(self, structure: Layout, sizes: list[tuple[int, int]], shardings: tuple[str, ...],
+               recomputes: tuple[str, ...]) -> list[list[float]]:
+        """Total GiB of ``structure`` per (micro batch, micro batches) in ``sizes``, as a flat list over
+        (sharding, recompute) in the given orders: the planner's inner loop. The same arithmetic as
+        :meth:`parts`, with the training state and per-token activations looked up once."""
         lay = structure
         tp, pp = lay.tp, lay.pp
         sp = lay.sp and tp > 1
-        tokens = micro_batch_size * self.seq / lay.cp
         s = self.shape
-        logits = tokens * (s.vocab / tp) * self.logits_bytes + tokens * C.ACTIVATION_BYTES * s.hidden
-        inflight = in_flight_microbatches(pp, lay.vp, num_microbatches)
+        per_token_logits = (s.vocab / tp) * self.logits_bytes + C.ACTIVATION_BYTES * s.hidden
         scale, runtime = (1 + C.FRAGMENTATION_FRACTION) / C.GIB, self.runtime_bytes / C.GIB
-        acts = {}
-        for recompute in recomputes:
-            kept, working = self._activation_per_token(tp, sp, recompute)
-            acts[recompute] = (kept * tokens, working * tokens)
-        out = {}
+        per_token = [self._activation_per_token(tp, sp, recompute) for recompute in recomputes]
+        states = []
         for sharding in shardings:
-            first, last, fraction = self._state(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
-            first_state, last_state = sum(first), sum(last)
-            for recompute, (kept, working) in acts.items():
-                layer_bytes = kept * fraction
-                last_total = last_state + layer_bytes + working + logits
-                if pp > 1:
-                    last_total = max(last_total, first_state + layer_bytes * inflight + working)
-                out[(sharding, recompute)] = runtime + scale * last_total
+            first, last, fraction = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
+            states.append((first[0] + first[1] + first[2], last[0] + last[1] + last[2], fraction))
+        out = []
+        for micro_batch_size, num_microbatches in sizes:
+            tokens = micro_batch_size * self.seq / lay.cp
+            logits = tokens * per_token_logits
+            inflight = in_flight_microbatches(pp, lay.vp, num_microbatches) if pp > 1 else 1.0
+            totals = []
+            for first_state, last_state, fraction in states:
+                for kept, working in per_token:
+                    layer_bytes = kept * fraction * tokens
+                    work = working * tokens
+                    total = last_state + layer_bytes + work + logits
+                    if pp > 1:
+                        first_total = first_state + layer_bytes * inflight + work
+                        if first_total > total:
+                            total = first_total
+                    totals.append(runtime + scale * total)
+            out.append(totals)
         return out
-
-    def total_gib(self, layout: Layout, sharding: str, num_microbatches: int) -> float:
-        """The total of :meth:`estimate`, without building the breakdown (the planner's inner loop)."""
-        w, g, o, a = self.parts(layout, sharding, num_microbatches)
-        return (self.runtime_bytes + (1 + C.FRAGMENTATION_FRACTION) * (w + g + o + a)) / C.GIB
 
     def estimate(self, layout: Layout, sharding: str = "optimizer", num_microbatches: int = 1) -> MemoryEstimate:
         """Per-GPU memory of ``layout`` (see the module docstring for the formulas and sources).

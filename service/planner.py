@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Iterator, Optional, Union
 
-from recipe_index import get_hardware, resolve_model
+from recipe_index import get_hardware, list_recipes, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
@@ -31,7 +32,10 @@ from trainer.capabilities import CAPABILITIES
 ENGINES = ("megatron", "bundled")
 GOALS = ("pretrain", "sft", "peft")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
-RECOMPUTE_ORDER = ("none", "selective", "full")  # cheapest first: more recompute is only ever slower
+RECOMPUTE_ORDER = ("none", "selective", "full")
+# Virtual stages an explicit pipeline layout may use beyond the divisors of the layers per stage
+# (the DeepSeek-V3 / Kimi K2 layout tables use 2, 4 and 8: reference/mbridge_rules.md 3g).
+EXPLICIT_LAYOUT_VPS = {2, 4, 8, 16}  # cheapest first: more recompute is only ever slower
 # Bridge's common templates (reference/mbridge_rules.md section 1): pretrain 4096 tokens and a
 # global batch of 32, SFT/PEFT 2048 tokens and 128.
 DEFAULT_SEQ_LENGTH = {"pretrain": 4096, "sft": 2048, "peft": 2048}
@@ -108,24 +112,51 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                        precision=precision, engine=engine)
 
 
-@dataclass(frozen=True)
 class PlannedLayout:
-    """One layout with the fastest variant that fits (or, when none fits, the leanest one)."""
+    """One layout with the fastest variant that fits (or, when none fits, the leanest one).
 
-    layout: Layout
-    sharding: str  # none (DDP) | optimizer (distributed optimizer) | full (FSDP)
-    strategy: str  # distributed.strategy of the config: megatron | fsdp2 | ddp
-    dp: int
-    grad_accumulation_steps: int
-    memory: MemoryEstimate
-    time: StepTime
-    fits: bool
-    findings: tuple[Finding, ...] = ()
+    The ranking needs only the total memory and the step time; the breakdowns (``memory``,
+    ``time``) are computed on first use, so planning thousands of layouts stays fast.
+    """
+
+    __slots__ = ("structure", "micro_batch_size", "recompute", "sharding", "strategy", "dp",
+                 "grad_accumulation_steps", "fits", "findings", "memory_total_gib", "tokens_per_s", "_estimators",
+                 "_layout", "_memory", "_time")
+
+    def __init__(self, structure: Layout, micro_batch_size: int, recompute: str, sharding: str, strategy: str,
+                 dp: int, grad_accumulation_steps: int, fits: bool, findings: tuple, memory_total_gib: float,
+                 tokens_per_s: Optional[float], estimators: "_Estimators"):
+        self.structure, self.micro_batch_size, self.recompute = structure, micro_batch_size, recompute
+        self.sharding, self.strategy = sharding, strategy  # sharding: none | optimizer | full
+        self.dp, self.grad_accumulation_steps, self.fits, self.findings = dp, grad_accumulation_steps, fits, findings
+        self.memory_total_gib, self.tokens_per_s = memory_total_gib, tokens_per_s
+        self._estimators, self._layout, self._memory, self._time = estimators, None, None, None
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            self._layout = _with(self.structure, self.micro_batch_size, self.recompute)
+        return self._layout
+
+    @property
+    def memory(self) -> MemoryEstimate:
+        if self._memory is None:
+            self._memory = self._estimators.memory.estimate(self.layout, self.sharding, self.grad_accumulation_steps)
+        return self._memory
+
+    @property
+    def time(self) -> StepTime:
+        if self._time is None:
+            self._time = self._estimators.time.estimate(self.layout, self.sharding)
+        return self._time
 
     @property
     def key(self) -> tuple:
-        lay = self.layout
-        return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, lay.micro_batch_size)
+        lay = self.structure
+        return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, self.micro_batch_size)
+
+    def __repr__(self) -> str:
+        return f"PlannedLayout({self.layout}, sharding={self.sharding!r}, fits={self.fits})"
 
     def to_dict(self) -> dict:
         lay, t = self.layout, self.time
@@ -199,14 +230,31 @@ def _allowed(engine: str, capability: str) -> bool:
     return engine == "megatron" or bool(CAPABILITIES.get(capability))
 
 
+@lru_cache(maxsize=256)
+def explicit_layouts(model_id: str) -> bool:
+    """Whether the model's Megatron recipes place layers with an explicit pipeline layout (their
+    layout builders accept uneven PP x VP splits: reference/mbridge_rules.md section 3g)."""
+    for entry in list_recipes(kind="library") + list_recipes(kind="benchmark"):
+        if entry.model == model_id and "pipeline_layout:" in entry.path.read_text(encoding="utf-8"):
+            return True
+    return False
+
+
+def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
+    """True when only an explicit pipeline layout can place the layers of ``layout``."""
+    layers = request.model.num_hidden_layers
+    return not _splits(layers, layout.pp, layout.vp_or_1)
+
+
 def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
     """Every (TP, PP, VP, CP, EP, ETP) the engine may use that divides the world size.
 
     Divisibility (world by TP·PP·CP and PP·EP·ETP, experts by EP, CP halves of the sequence) is
     built in; everything else is left to the rules. TP stays within max(NVLink domain, GPUs per
     node): beyond it the rules warn and every collective crosses the slow link. VP takes the
-    divisors of the layers per stage up to MAX_VIRTUAL_PIPELINE, kept only where Megatron has a
-    way to split the layers (the split rule's own helper; the rule still judges every layout).
+    divisors of the layers per stage (and, for models whose recipes use explicit pipeline layouts,
+    EXPLICIT_LAYOUT_VPS) up to MAX_VIRTUAL_PIPELINE, kept only where Megatron has a way to place
+    the layers (the split rule's own helper; the rule still judges every layout).
     Bridge's ETP default applies (1 with EP > 1, else TP).
     """
     req, engine = request, request.engine
@@ -226,17 +274,22 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
         eps = [e for e in _divisors(shape.experts) if world % e == 0]
     use_vp = _allowed(engine, "virtual_pipeline")
     use_sp = _allowed(engine, "sequence_parallel")
+    explicit = engine == "megatron" and explicit_layouts(req.model.id)
+
+    def placeable(pp: int, vp: int) -> bool:
+        return (explicit and pp * vp <= min(layers, C.MAX_EXPLICIT_LAYOUT_STAGES)) or _splits(layers, pp, vp)
+
     for tp in tps:
         for cp in cps:
             if world % (tp * cp):
                 continue
             for pp in pps:
-                if world % (tp * cp * pp) or not _splits(layers, pp, 1):
+                if world % (tp * cp * pp) or not placeable(pp, 1):
                     continue
                 vps: list[Optional[int]] = [None]
                 if pp > 1 and use_vp:
-                    vps += [v for v in _divisors(math.ceil(layers / pp))
-                            if 2 <= v <= C.MAX_VIRTUAL_PIPELINE and _splits(layers, pp, v)]
+                    options = set(_divisors(math.ceil(layers / pp))) | (EXPLICIT_LAYOUT_VPS if explicit else set())
+                    vps += [v for v in sorted(options) if 2 <= v <= C.MAX_VIRTUAL_PIPELINE and placeable(pp, v)]
                 for ep in eps:
                     etp = 1 if ep > 1 else tp
                     if world % (pp * ep * etp):
@@ -271,6 +324,15 @@ def shardings(engine: str, peft: bool = False) -> tuple[tuple[str, str], ...]:
 # ---------------------------------------------------------------- planning
 
 
+def _engine_allows(request: PlanRequest, layout: Layout, strategy: str) -> bool:
+    """Combinations the bundled trainer declares it refuses (trainer/capabilities.py)."""
+    if request.engine != "bundled" or layout.tp == 1:
+        return True
+    if strategy == "ddp" and not CAPABILITIES.get("tp_with_ddp", True):
+        return False
+    return not (request.peft and not CAPABILITIES.get("tp_with_lora", True))
+
+
 class _Estimators:
     def __init__(self, request: PlanRequest, shape: ModelShape):
         req = request
@@ -285,10 +347,13 @@ class _Estimators:
 def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
     """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
     req = request
+    extra = {"planner": True}
+    if req.engine == "megatron" and needs_explicit_layout(req, layout) and explicit_layouts(req.model.id):
+        extra["pipeline_layout"] = "explicit"
     return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,
                  gpus_per_node=req.gpus_per_node, global_batch_size=req.global_batch_size,
                  seq_length=req.seq_length, precision=req.precision, mode=req.goal, strategy=strategy,
-                 peft=req.peft, extra={"planner": True})
+                 peft=req.peft, extra=extra)
 
 
 def _with(layout: Layout, micro_batch_size: int, recompute: str) -> Layout:
@@ -297,38 +362,42 @@ def _with(layout: Layout, micro_batch_size: int, recompute: str) -> Layout:
                   sp=layout.sp, micro_batch_size=micro_batch_size, recompute=recompute)
 
 
-def _best_variant(request: PlanRequest, est: _Estimators, structure: Layout, mbs: int,
-                  options: list[tuple[str, str, tuple]], usable_gib: float) -> PlannedLayout:
-    """The fastest (recompute, sharding) that fits, else the one needing the least memory."""
+def _rows(request: PlanRequest, est: _Estimators, structure: Layout, sizes: list[int],
+          options: list[tuple[str, str, tuple]], usable_gib: float) -> list[PlannedLayout]:
+    """One row per micro batch: the fastest (recompute, sharding) that fits, else the leanest."""
     dp = structure.dp(request.world_size)
-    accumulation = request.global_batch_size // (mbs * dp)
     order = recomputes(request.engine)
-    totals = est.memory.totals(structure, mbs, accumulation, tuple(o[0] for o in options), order)
-    best: Optional[tuple[StepTime, Layout, str, str, tuple]] = None
-    limit = len(order)
-    for sharding, strategy, findings in options:
-        for index, recompute in enumerate(order[:limit]):
-            if totals[(sharding, recompute)] <= usable_gib:
-                candidate = _with(structure, mbs, recompute)
-                time = est.time.estimate(candidate, sharding)
-                if best is None or time.step_time_s < best[0].step_time_s:
-                    best = (time, candidate, sharding, strategy, findings)
-                # A later sharding only wins with less recompute (it always communicates more).
-                limit = index
-                break
-    if best is not None:
-        time, chosen, sharding, strategy, findings = best
-        fits = True
-    else:
-        (sharding, recompute), _ = min(totals.items(), key=lambda item: item[1])
-        strategy, findings = next((o[1], o[2]) for o in options if o[0] == sharding)
-        chosen = _with(structure, mbs, recompute)
-        time = est.time.estimate(chosen, sharding)
-        fits = False
-    return PlannedLayout(layout=chosen, sharding=sharding, strategy=strategy, dp=dp,
-                         grad_accumulation_steps=accumulation,
-                         memory=est.memory.estimate(chosen, sharding, accumulation), time=time, fits=fits,
-                         findings=findings)
+    n_order = len(order)
+    accumulations = [request.global_batch_size // (mbs * dp) for mbs in sizes]
+    all_totals = est.memory.totals(structure, list(zip(sizes, accumulations)), tuple(o[0] for o in options), order)
+    lay = structure
+    tp, pp, vp, cp, ep, etp, sp = lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp
+    components, tokens_per_s = est.time.components, est.time.tokens_per_s_per_gpu
+    rows = []
+    for mbs, accumulation, totals in zip(sizes, accumulations, all_totals):
+        best = None
+        limit = n_order
+        for o, (sharding, strategy, findings) in enumerate(options):
+            base = o * n_order
+            for index in range(limit):
+                total = totals[base + index]
+                if total <= usable_gib:
+                    step = components(tp, pp, vp, cp, ep, etp, sp, mbs, order[index], sharding)[0]
+                    if best is None or step < best[0]:
+                        best = (step, order[index], sharding, strategy, findings, total)
+                    # A later sharding only wins with less recompute (it always communicates more).
+                    limit = index
+                    break
+        if best is not None:
+            step, recompute, sharding, strategy, findings, total = best
+            rows.append(PlannedLayout(structure, mbs, recompute, sharding, strategy, dp, accumulation, True,
+                                      findings, total, tokens_per_s(step), est))
+            continue
+        leanest = min(range(len(totals)), key=totals.__getitem__)
+        sharding, strategy, findings = options[leanest // n_order]
+        rows.append(PlannedLayout(structure, mbs, order[leanest % n_order], sharding, strategy, dp, accumulation,
+                                  False, findings, totals[leanest], None, est))
+    return rows
 
 
 def plan(request: PlanRequest) -> Plan:
@@ -348,6 +417,8 @@ def plan(request: PlanRequest) -> Plan:
         probe = _with(structure, sizes[0] if sizes else 1, "none")
         options = []
         for strategy, strategy_shardings in by_strategy.items():
+            if not _engine_allows(request, structure, strategy):
+                continue
             findings = check_layout(facts_for(request, probe, strategy))
             errors = [f for f in findings if f.severity == "error"]
             for error in errors:
@@ -357,8 +428,7 @@ def plan(request: PlanRequest) -> Plan:
                 options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings)
         if not options:
             continue
-        for mbs in sizes:
-            rows.append(_best_variant(request, est, structure, mbs, options, usable))
+        rows.extend(_rows(request, est, structure, sizes, options, usable))
     return Plan(request=request, layouts=rank(rows), structures=count, rejections=rejections)
 
 
@@ -366,8 +436,8 @@ def _preference(row: PlannedLayout) -> tuple:
     """Among layouts the estimates cannot tell apart: no CP (seed: CP is for long context),
     smaller TP (seed: TP costs collectives on every layer and stays in the node), larger EP
     (seed: for MoE raise EP first), then the faster estimate."""
-    lay = row.layout
-    return (lay.cp, lay.tp, -lay.ep, -row.time.tokens_per_s_per_gpu)
+    lay = row.structure
+    return (lay.cp, lay.tp, -lay.ep, -(row.tokens_per_s or 0.0))
 
 
 def rank(rows: list[PlannedLayout]) -> list[PlannedLayout]:
@@ -376,17 +446,17 @@ def rank(rows: list[PlannedLayout]) -> list[PlannedLayout]:
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
     error is larger than that), broken by :func:`_preference`.
     """
-    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.time.tokens_per_s_per_gpu)
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
     ranked: list[PlannedLayout] = []
     start = 0
     while start < len(fitting):
-        floor = fitting[start].time.tokens_per_s_per_gpu * (1 - C.ESTIMATE_TIE_TOLERANCE)
+        floor = fitting[start].tokens_per_s * (1 - C.ESTIMATE_TIE_TOLERANCE)
         end = start
-        while end < len(fitting) and fitting[end].time.tokens_per_s_per_gpu >= floor:
+        while end < len(fitting) and fitting[end].tokens_per_s >= floor:
             end += 1
         ranked.extend(sorted(fitting[start:end], key=_preference))
         start = end
-    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory.total, _preference(r)))
+    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, _preference(r)))
     return ranked + rest
 
 

@@ -32,7 +32,8 @@ from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
-from service.planner import Plan, PlanError, PlannedLayout, gpus_needed, make_request, plan
+from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, gpus_needed, make_request,
+                             needs_explicit_layout, plan)
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 
@@ -191,6 +192,8 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
             "ep_size": lay.ep, "etp_size": lay.etp if (lay.ep > 1 or lay.etp != lay.tp) else None,
             "sequence_parallel": lay.sp, "activation_checkpointing": lay.recompute}
     if engine == "megatron":
+        explicit = needs_explicit_layout(req, lay) and explicit_layouts(req.model.id)
+        dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
         dist["use_distributed_optimizer"] = row.sharding in ("optimizer", "full")
         dist["use_megatron_fsdp"] = True if row.sharding == "full" else None
     else:
@@ -221,6 +224,41 @@ def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, ba
         meta["megatron_recipe"] = base.megatron_recipe
     config["metadata"] = {k: v for k, v in meta.items() if v is not None}
     return name
+
+
+def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], hardware: str,
+                    world: int, seq: Optional[int], notes: list[str]) -> dict:
+    """The config whose convergence contract (batch, sequence, precision) the request keeps.
+
+    The base recipe's own, except on the bundled engine with a stand-in recipe of another model:
+    then the model's Megatron library recipe, when the index has one, sets the contract.
+    """
+    base = _base_config(recipe)
+    if engine != "bundled" or (recipe is not None and recipe.model == card.id):
+        return base
+    library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq)
+    if library is None or library.model != card.id:
+        return base
+    notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, "
+                 f"{card.id}'s library recipe")
+    return _base_config(library)
+
+
+def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
+                      goal: str = "pretrain", engine: str = "megatron",
+                      seq_length: Optional[int] = None) -> tuple[Optional[int], Optional[int], Optional[str]]:
+    """(sequence length, global batch, precision) of the recipe `recommend` would start from, for
+    `plan` requests that leave them out; (None, None, None) when the index has no recipe."""
+    hardware = get_hardware(gpu_type)
+    card = resolve_model(model) if isinstance(model, str) else model
+    world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
+    recipe, notes = choose_recipe(card, goal, engine, hardware.name, world, seq_length)
+    contract = contract_source(card, goal, engine, recipe, hardware.name, world, seq_length, notes)
+    seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
+    precision = contract.get("precision")
+    if engine == "bundled" and precision not in ("bf16", "fp16", "fp32"):
+        precision = "bf16" if precision else None
+    return seq, _get(contract, "step_scheduler.global_batch_size"), precision
 
 
 def _base_config(recipe: Optional[RecipeEntry]) -> dict:
@@ -287,25 +325,38 @@ def bridge_overrides(base: dict, config: dict) -> list[str]:
 
 def render_commands(config_path: str, config: dict, base: dict, request, engine: str,
                     recipe: Optional[RecipeEntry]) -> dict[str, str]:
+    """Launch commands from templates/launch: single-node torchrun, multi-node torchrun (c10d),
+    a Slurm sbatch script, and Megatron Bridge's run_recipe.py with key=value overrides."""
     env = _environment()
     req = request
-    job = shlex.quote(str(_get(config, "metadata.name") or "recipe-advisor"))
     common = {"nproc_per_node": req.gpus_per_node, "num_nodes": req.num_nodes, "port": RENDEZVOUS_PORT,
-              "job_name": job, "config": shlex.quote(config_path)}
-    commands: dict[str, str] = {}
+              "job_name": shlex.quote(str(_get(config, "metadata.name") or "recipe-advisor")),
+              "config": shlex.quote(config_path)}
+    bridge_recipe = (recipe.megatron_recipe if recipe is not None else None) or _get(base, "metadata.megatron_recipe")
+    bridge = None
+    if bridge_recipe:
+        dataset = shlex.quote(str(_get(config, "dataset.preset") or DATASET_PRESET[req.goal]))
+        overrides = bridge_overrides(base, config)
+        bridge = (shlex.quote(bridge_recipe), dataset, overrides)
     if engine == "bundled":
         program = f"-m trainer {shlex.quote(config_path)}"
-        commands["torchrun"] = env.get_template("torchrun.sh.j2").render(bundled=True, program=program, **common)
-        commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(
-            program=program, **{**common, "num_nodes": max(req.num_nodes, 2) if req.num_nodes == 1 else req.num_nodes})
+    elif bridge is not None:
+        program = " ".join(["scripts/training/run_recipe.py", "--recipe", bridge[0], "--dataset", bridge[1], *bridge[2]])
+    else:
+        program = None
+    commands: dict[str, str] = {}
+    if program is not None:
+        if req.num_nodes == 1:
+            commands["torchrun"] = env.get_template("torchrun.sh.j2").render(
+                bundled=engine == "bundled", program=program, **common)
+        else:
+            commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(
+                program=program, **common)
         commands["sbatch"] = env.get_template("sbatch.sh.j2").render(
             program=program, time_limit="04:00:00", script_name="train.sbatch", **common)
-    bridge_recipe = (recipe.megatron_recipe if recipe is not None else None) or _get(base, "metadata.megatron_recipe")
-    if bridge_recipe:
-        dataset = _get(config, "dataset.preset") or DATASET_PRESET[req.goal]
+    if bridge is not None:
         commands["megatron_bridge"] = env.get_template("megatron_bridge.sh.j2").render(
-            recipe=shlex.quote(bridge_recipe), dataset=shlex.quote(str(dataset)),
-            overrides=bridge_overrides(base, config), **common)
+            recipe=bridge[0], dataset=bridge[1], overrides=bridge[2], **common)
     return commands
 
 
@@ -323,10 +374,10 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     card = resolve_model(model) if isinstance(model, str) else model
     probe = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine)
     recipe, notes = choose_recipe(card, goal, engine, hardware.name, probe.world_size, seq_length)
-    base = _base_config(recipe)
-    seq = seq_length or _get(base, "dataset.seq_length") or _get(base, "model.seq_length")
-    gbs = global_batch_size or _get(base, "step_scheduler.global_batch_size")
-    prec = precision or base.get("precision") or "bf16"
+    contract = contract_source(card, goal, engine, recipe, hardware.name, probe.world_size, seq_length, notes)
+    seq = seq_length or _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
+    gbs = global_batch_size or _get(contract, "step_scheduler.global_batch_size")
+    prec = precision or contract.get("precision") or "bf16"
     if engine == "bundled" and prec not in ("bf16", "fp16", "fp32"):
         notes.append(f"the bundled trainer has no {prec} kernels: precision {prec} -> bf16 (a convergence change)")
         prec = "bf16"
@@ -369,7 +420,7 @@ def _impossible(result: Plan, request) -> PlanError:
                          f"({request.engine} engine): {rejections or 'no layout obeys the rules'}",
                          field="gpus", fix=fixes or None)
     if result.layouts:
-        leanest = min(result.layouts, key=lambda r: r.memory.total)
+        leanest = min(result.layouts, key=lambda r: r.memory_total_gib)
         why = (f"the leanest layout needs {leanest.memory.total:.1f} GiB per GPU, {hw.name} offers "
                f"{result.usable_gib:.1f} GiB after headroom")
     else:
@@ -386,11 +437,11 @@ def _choose(result: Plan) -> PlannedLayout:
     """The best layout, or a near-equal one (within the tie tolerance) that clears the memory warning."""
     best = result.best
     capacity = result.request.hardware.memory_gib * C.MEMORY_WARNING_FRACTION
-    floor = best.time.tokens_per_s_per_gpu * (1 - C.ESTIMATE_TIE_TOLERANCE)
+    floor = best.tokens_per_s * (1 - C.ESTIMATE_TIE_TOLERANCE)
     for row in result.fitting:
-        if row.time.tokens_per_s_per_gpu < floor:
+        if row.tokens_per_s < floor:
             break
-        if row.memory.total <= capacity:
+        if row.memory_total_gib <= capacity:
             return row
     return best
 

@@ -111,6 +111,7 @@ class StepTimeModel:
         self.half_dim = C.GEMM_HALF_EFFICIENCY_DIM.get(hardware.arch, C.GEMM_HALF_EFFICIENCY_DIM_DEFAULT)
         self._mb_cache: dict[tuple, _MicroBatch] = {}
         self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
+        self._structure_cache: dict[tuple, tuple] = {}
 
     def _size_efficiency(self, dim: float) -> float:
         """GEMM efficiency lost to a small dimension ``dim`` (tile and wave quantisation)."""
@@ -206,55 +207,72 @@ class StepTimeModel:
 
     # ------------------------------------------------------------ one step
 
-    def estimate(self, layout: Layout, sharding: str = "optimizer") -> StepTime:
-        lay, s = layout, self.shape
-        tp, pp, cp, ep, etp = lay.tp, lay.pp, lay.cp, lay.ep, lay.etp
-        vp = lay.vp or 1
-        dp = self.world_size // (tp * pp * cp)
-        mbs = lay.micro_batch_size
-        m = max(self.gbs // (mbs * dp), 1)
-        mb = self._micro_batch(tp, cp, ep, etp, lay.sp, mbs, lay.recompute)
+    def _structure(self, tp: int, pp: int, vp: int, cp: int, ep: int, etp: int, sp: bool, sharding: str) -> tuple:
+        """What a step shares across micro batch sizes and recompute: (dp, stage fraction, layers on the
+        fullest stage, pipeline link, DP traffic before overlap, optimizer step)."""
+        key = (tp, pp, vp, cp, ep, etp, sp, sharding)
+        hit = self._structure_cache.get(key)
+        if hit is None:
+            layers = self.shape.layers
+            dp = self.world_size // (tp * pp * cp)
+            per_stage = stage_layers(layers, pp)
+            fraction = per_stage / layers
+            pp_bw, pp_lat = self._link(2, self.world_size // pp) if pp > 1 else (1.0, 0.0)  # to the next stage
+            first, second, optimizer_s = self._dp_costs(tp, pp, cp, ep, etp, sharding, dp, fraction)
+            hit = self._structure_cache[key] = (dp, fraction, per_stage, pp_bw, pp_lat, first, second, optimizer_s)
+        return hit
 
-        layers = s.layers
-        per_stage = stage_layers(layers, pp)
+    def components(self, tp: int, pp: int, vp: int, cp: int, ep: int, etp: int, sp: bool, mbs: int,
+                    recompute: str, sharding: str) -> tuple:
+        """(step, compute, bubble, tp, cp, ep, pp, dp, optimizer) seconds per step of one layout, in plain
+        arguments so the planner need not build a Layout per variant."""
+        dp, fraction, per_stage, pp_bw, pp_lat, dp_first, dp_second, optimizer_s = self._structure(
+            tp, pp, vp, cp, ep, etp, sp, sharding)
+        m = max(self.gbs // (mbs * dp), 1)
+        mb = self._micro_batch(tp, cp, ep, etp, sp, mbs, recompute)
+        layers = self.shape.layers
         if pp == 1:
             compute = layers * mb.layer_s + mb.head_s
         else:
             head_layers = mb.head_s / mb.layer_s if mb.layer_s > 0 else 0.0
             compute = max(per_stage, math.ceil((layers + head_layers) / pp)) * mb.layer_s
-        fraction = per_stage / layers
         tp_s, cp_s, ep_s = mb.tp_s * fraction, mb.cp_s * fraction, mb.ep_s * fraction
-
         pp_s = 0.0
         if pp > 1:
-            bw, lat = self._link(2, self.world_size // pp)  # point-to-point to the next stage
-            tokens = mbs * self.seq / cp
-            boundary = tokens * s.hidden * C.ACTIVATION_BYTES / (tp if lay.sp and tp > 1 else 1)
-            pp_s = 2 * vp * (boundary / bw + lat) * C.PP_P2P_EXPOSED_FRACTION
+            boundary = mbs * self.seq / cp * self.shape.hidden * C.ACTIVATION_BYTES / (tp if sp and tp > 1 else 1)
+            pp_s = 2 * vp * (boundary / pp_bw + pp_lat) * C.PP_P2P_EXPOSED_FRACTION
         t_mb = compute + tp_s + cp_s + ep_s + pp_s
         bubble = (pp - 1) / vp * t_mb if pp > 1 else 0.0
-
-        dp_s, optimizer_s = self._data_parallel(lay, sharding, dp, m, t_mb, fraction)
-        step = m * t_mb + bubble + dp_s + optimizer_s
-        tokens_per_gpu = self.gbs * self.seq / (step * self.world_size)
-        mfu = self.flops_per_token * tokens_per_gpu / self.peak
-        return StepTime(step_time_s=step, compute_s=m * compute, bubble_s=bubble, tp_comm_s=m * tp_s,
-                        cp_comm_s=m * cp_s, ep_comm_s=m * ep_s, pp_comm_s=m * pp_s, dp_comm_s=dp_s,
-                        optimizer_s=optimizer_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=mfu)
-
-    def _data_parallel(self, lay: Layout, sharding: str, dp: int, m: int, t_mb: float,
-                       fraction: float) -> tuple[float, float]:
-        """(DP communication cost, optimizer step) per step for the stage's parameters.
-
-        The cost is the exposed part of the traffic plus OVERLAP_INTERFERENCE of the hidden part.
-        """
-        first, second, optimizer_s = self._dp_costs(lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, sharding, dp, fraction)
+        # DP traffic: exposed part plus OVERLAP_INTERFERENCE of the hidden part.
         if sharding == "full":  # gather for forward and backward and reduce-scatter, every micro batch
-            return m * _overlapped(first, C.DP_OVERLAP_FRACTION * t_mb), optimizer_s
-        if sharding == "optimizer":  # reduce-scatter under the last backward, all-gather under the first forward
-            hide_bwd, hide_fwd = C.DP_OVERLAP_FRACTION * t_mb * 2 / 3, C.DP_OVERLAP_FRACTION * t_mb / 3
-            return _overlapped(first, hide_bwd) + _overlapped(second, hide_fwd), optimizer_s
-        return _overlapped(first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3), optimizer_s  # DDP all-reduce
+            dp_s = m * _overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb)
+        elif sharding == "optimizer":  # reduce-scatter under the last backward, all-gather under the first forward
+            dp_s = (_overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3)
+                    + _overlapped(dp_second, C.DP_OVERLAP_FRACTION * t_mb / 3))
+        else:  # DDP all-reduce under the last backward
+            dp_s = _overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3)
+        step = m * t_mb + bubble + dp_s + optimizer_s
+        return step, m * compute, bubble, m * tp_s, m * cp_s, m * ep_s, m * pp_s, dp_s, optimizer_s
+
+    def step_seconds(self, layout: Layout, sharding: str = "optimizer") -> float:
+        """Seconds per optimizer step (the planner's ranking needs only this)."""
+        lay = layout
+        return self.components(lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size,
+                                lay.recompute, sharding)[0]
+
+    def tokens_per_s_per_gpu(self, step_seconds: float) -> float:
+        return self.gbs * self.seq / (step_seconds * self.world_size)
+
+    def estimate(self, layout: Layout, sharding: str = "optimizer") -> StepTime:
+        """Step time with its breakdown, tokens/s per GPU and MFU."""
+        lay = layout
+        step, compute, bubble, tp_s, cp_s, ep_s, pp_s, dp_s, optimizer_s = self.components(
+            lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute, sharding)
+        tokens_per_gpu = self.tokens_per_s_per_gpu(step)
+        mfu = self.flops_per_token * tokens_per_gpu / self.peak
+        return StepTime(step_time_s=step, compute_s=compute, bubble_s=bubble, tp_comm_s=tp_s, cp_comm_s=cp_s,
+                        ep_comm_s=ep_s, pp_comm_s=pp_s, dp_comm_s=dp_s, optimizer_s=optimizer_s,
+                        tokens_per_s_per_gpu=tokens_per_gpu, mfu=mfu)
 
     def _dp_costs(self, tp: int, pp: int, cp: int, ep: int, etp: int, sharding: str, dp: int,
                   fraction: float) -> tuple[float, float, float]:

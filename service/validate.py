@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from recipe_index.cards import HardwareCard, ModelCard
 from service.facts import Facts, Finding, Layout, split_world
-from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, all_rules
+from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
 from trainer.config import RecipeConfig, section_fields, top_level_keys
 
@@ -27,8 +27,7 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 def check_layout(facts: Facts) -> list[Finding]:
     """Every layout/batch/hardware rule over one set of facts (the planner's pruning too)."""
-    if not LAYOUT_RULES:
-        all_rules()
+    ensure_loaded()
     findings = []
     for rule in LAYOUT_RULES:
         violation = rule.check(facts)
@@ -193,7 +192,7 @@ def _emit(rule, result, doc: Document) -> Iterable[Finding]:
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                       nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> list[Finding]:
-    all_rules()
+    ensure_loaded()
     view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
     findings: list[Finding] = []
     for rule in CONFIG_RULES:
@@ -201,6 +200,9 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
     if view.facts is not None:
         for rule in LAYOUT_RULES:
             findings.extend(_emit(rule, rule.check(view.facts), doc))
+    if any(f.code == "RA-M001" for f in findings):
+        # weights alone do not fit: the whole-memory estimate would only repeat it
+        findings = [f for f in findings if f.code != "RA-M002"]
     _mark_known_issues(findings, view)
     findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
     return findings

@@ -8,24 +8,30 @@ same status the API would answer (404, 422, 400, 413) and never a traceback.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field as dataclass_field
 from importlib import resources
 from typing import Any, Optional
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 import recipe_index as index
-from recipe_index.errors import UnknownHardwareError
+from recipe_index.errors import UnknownHardwareError, UnknownModelError
 from service import api_models as m
+from service.api_advise import recommend_answer
+from service.facts import split_world
 from service.http_limits import MAX_BODY_BYTES
 from service.lookups import lookup_model
 from service.validate import validate_text
+from service.web_result import result_view
 from service.yamlio import YamlError, decode
 
 router = APIRouter(include_in_schema=False)
@@ -194,3 +200,73 @@ def _form_context(form: dict) -> dict:
 @router.get("/", response_class=HTMLResponse)
 def index_page(request: Request) -> HTMLResponse:
     return render(request, "index.html", _form_context(form_defaults(request.query_params)))
+
+
+# ------------------------------------------------------------------ recommend result
+
+FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engine", "precision")
+
+
+def _form_body(form: dict) -> tuple[Optional[m.RecommendBody], list[Problem]]:
+    """The API body from the form's strings; each pydantic error becomes a Problem naming its field."""
+    values = {k: v.strip() for k, v in form.items() if k in FORM_FIELDS and str(v).strip()}
+    try:
+        return m.RecommendBody.model_validate(values), []
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            name = ".".join(str(part) for part in error["loc"]) or "form"
+            problems.append(Problem(error["msg"], name))
+        return None, problems
+
+
+def download_name(body: m.RecommendBody) -> str:
+    """The config's file name, also used in the launch commands (names are index ids: safe in a path)."""
+    card, hardware = lookup_model(body.model), index.get_hardware(body.gpu_type)
+    gpus_per_node, nodes = split_world(body.gpus, body.nodes, hardware.gpus_per_node)
+    return f"{card.id}-{body.goal}-{gpus_per_node * nodes}x{hardware.name}.yaml"
+
+
+async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HTMLResponse], str, str]:
+    """(answer, error page, query string, file name) for the form's query parameters."""
+    form = form_defaults(request.query_params)
+    query = urlencode({k: v for k, v in form.items() if v})
+    body, problems = _form_body(form)
+    status = 422
+    if body is not None:
+        try:
+            filename = download_name(body)
+            status, content = await recommend_answer(body, filename)
+        except UnknownModelError as err:
+            problems = [Problem(f"unknown model {err.name!r}: not a bundled model", "model", err.suggestions)]
+            status = 404
+        except UnknownHardwareError as err:
+            problems = [Problem(f"unknown GPU type {err.name!r}", "gpu_type", err.suggestions or err.known)]
+            status = 404
+        else:
+            data = json.loads(content)
+            if status == 200:
+                return data, None, query, filename
+            problems = [Problem(data["detail"], data.get("field"), data.get("suggestions") or [])]
+    page = render(request, "index.html", {**_form_context(form), "problems": problems}, status_code=status)
+    return None, page, query, ""
+
+
+@router.get("/recommend", response_class=HTMLResponse)
+async def recommend_page(request: Request) -> HTMLResponse:
+    data, error_page, query, filename = await _recommendation(request)
+    if error_page is not None:
+        return error_page
+    return render(request, "result.html", {"page": "recommend", "r": result_view(data, query, filename)})
+
+
+@router.get("/recommend.yaml")
+async def recommend_download(request: Request) -> Response:
+    data, error_page, _, filename = await _recommendation(request)
+    if error_page is not None:
+        return error_page
+    return Response(
+        data["config_yaml"],
+        media_type="application/yaml",
+        headers={"content-disposition": f'attachment; filename="{filename}"'},
+    )

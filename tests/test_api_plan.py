@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service import api
+from service import api_advise as api
 from service.app import create_app
-from service.planner import make_request, plan
+from service.cli import main
 
 BODY = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100"}
 
@@ -23,11 +23,12 @@ def client():
         yield c
 
 
-def test_plan_matches_the_library(client):
+def test_plan_matches_the_cli(client, capsys):
     r = client.post("/v1/plan", json={**BODY, "top": 3})
     assert r.status_code == 200
-    expected = plan(make_request("llama3-8b", 8, "h100")).to_dict(top=3)
-    assert r.json() == expected
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "--top", "3",
+                 "--format", "json"]) == 0
+    assert r.json() == json.loads(capsys.readouterr().out)
     first = r.json()["layouts"][0]
     assert first["fits"] and first["dp"] * first["tp"] * first["pp"] * first["cp"] == 8
 
@@ -52,7 +53,7 @@ def test_plan_aliases_share_one_cache_entry(client):
     assert a["layouts"][0] == b["layouts"][0] and again == b
     info = api.cached_plan.cache_info()
     assert (info.misses, info.hits) == (1, 1)  # one ranking computed for both `top`s
-    assert (api.responses.misses, api.responses.hits) == (2, 1)  # the third request is a stored body
+    assert (api.responses.misses, api.responses.hits) == (2, 1)  # the third request is a stored answer
 
 
 def test_plan_with_no_valid_layout_is_an_empty_list(client):

@@ -82,10 +82,75 @@ def page(request, browser):
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    # Console errors, CSP violations included; a page answered with a 4xx on purpose logs one too.
+    pg.on("console", lambda msg: errors.append(msg.text)
+          if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
+    pg.on("response", lambda r: errors.append(f"{r.status} {r.url}")
+          if r.status >= 400 and r.request.resource_type != "document" else None)
     yield pg
     context.close()
-    assert not errors, errors  # no script errors, no CSP violations
+    assert not errors, errors  # no script errors, no CSP violations, no missing style or script
+
+
+def test_recommend_form_to_result(page, base_url, shots, request):
+    page.goto(f"{base_url}/")
+    page.fill("#model", "llama3-70b")
+    page.select_option("#gpu_type", "h100")
+    page.fill("#gpus", "8")
+    page.fill("#nodes", "4")
+    page.select_option("#goal", "pretrain")
+    page.fill("#seq_length", "8192")
+    page.select_option("#engine", "megatron")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#layout")
+    assert "/recommend?" in page.url
+
+    headers = page.locator("table.layout th").all_inner_texts()
+    assert headers[:8] == ["TP", "PP", "VP", "CP", "EP", "ETP", "DP", "SP"]
+    cells = page.locator("table.layout td").all_inner_texts()
+    tp, pp, cp, dp = int(cells[0]), int(cells[1]), int(cells[3]), int(cells[6])
+    assert tp * pp * cp * dp == 32
+
+    chart = page.locator("#memory svg.memory")
+    assert chart.count() == 1
+    assert chart.locator("rect.segment").count() >= 4
+    assert "GiB of 80" in chart.locator("title").first.text_content()
+    box = chart.bounding_box()
+    assert box["width"] > 600 and box["height"] > 40  # drawn, at a readable size
+
+    config = page.locator("#config-yaml").inner_text()
+    assert "tp_size" in config and "llama3-70b" in config or "Meta-Llama-3-70B" in config
+    assert page.locator("#recipe").inner_text().count("llama3_70b") >= 1
+    assert page.locator("#changes table").count() == 1 or "None" in page.inner_text("#changes")
+    assert "torchrun" in page.inner_text("#commands")
+
+    download = page.locator("a[download]")
+    assert download.get_attribute("href").startswith("/recommend.yaml?")
+    if request.node.callspec.id == "js":
+        assert page.locator("button.copy-button").first.is_visible()
+    else:
+        assert not page.locator("button.copy-button").first.is_visible()  # needs JS, so hidden without it
+    page.screenshot(path=str(shots / f"recommend-{request.node.callspec.id}.png"), full_page=True)
+    assert (shots / f"recommend-{request.node.callspec.id}.png").stat().st_size > 20_000
+
+
+def test_download_button_gives_the_yaml(page, base_url, tmp_path):
+    page.goto(f"{base_url}/recommend?model=llama3-8b&gpu_type=h100&gpus=8&nodes=1&goal=sft&engine=megatron")
+    with page.expect_download() as info:
+        page.click("a[download]")
+    saved = tmp_path / info.value.suggested_filename
+    info.value.save_as(saved)
+    assert saved.name == "llama3-8b-sft-8xh100.yaml"
+    assert saved.read_text() == page.locator("#config-yaml").inner_text().rstrip("\n") + "\n"
+
+
+def test_form_error_is_shown_on_the_form(page, base_url):
+    page.goto(f"{base_url}/")
+    page.fill("#model", "llama3-8x")
+    page.click("button[type=submit]")
+    alert = page.locator("[role=alert]")
+    assert "llama3-8b" in alert.inner_text()
+    assert page.input_value("#model") == "llama3-8x"  # what the user typed stays
 
 
 def test_validate_page_shows_the_finding_on_its_line(page, base_url, shots):

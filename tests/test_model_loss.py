@@ -34,16 +34,17 @@ def test_plain_loss_is_sum_over_label_tokens() -> None:
 @pytest.mark.parametrize("chunk_size", [1, 7, 30, 1000])
 def test_chunked_loss_and_grads_equal_plain(family: str, chunk_size: int) -> None:
     model, ids, labels = model_and_batch(family)
-    plain_sum, plain_count = causal_lm_loss(model, ids, labels)
+    plain_sum, plain_count = causal_lm_loss(model, ids, labels, chunked=False)
     plain_sum.backward()
     plain_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     chunk_sum, chunk_count = causal_lm_loss(model, ids, labels, chunked=True, chunk_size=chunk_size)
     chunk_sum.backward()
     assert chunk_count == plain_count
-    torch.testing.assert_close(chunk_sum, plain_sum, atol=1e-5, rtol=1e-6)
+    # The fused path computes softmax - one_hot itself and sums d W over chunks: fp32 rounding apart.
+    torch.testing.assert_close(chunk_sum, plain_sum, atol=5e-5, rtol=1e-6)
     for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, plain_grads[name], atol=1e-6, rtol=1e-5, msg=name)
+        torch.testing.assert_close(param.grad, plain_grads[name], atol=1e-5, rtol=1e-5, msg=name)
 
 
 def test_chunked_loss_never_holds_full_logits() -> None:

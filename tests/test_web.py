@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -151,3 +152,101 @@ def test_oversize_form_post_from_a_browser_gets_a_page(client):
     assert r.status_code == 413
     assert r.headers["content-type"].startswith("text/html")
     assert "1024 KiB" in r.text
+
+
+# ------------------------------------------------------------------ recommend result page
+
+QUERY = {"model": "llama3-8b", "gpu_type": "h100", "gpus": "8", "nodes": "1", "goal": "pretrain",
+         "seq_length": "", "engine": "megatron", "precision": ""}
+
+
+@pytest.fixture(scope="module")
+def result(client):
+    r = client.get("/recommend", params=QUERY)
+    assert r.status_code == 200, r.text[:500]
+    return r.text
+
+
+@pytest.fixture(scope="module")
+def answer(client):
+    return client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "nodes": 1}).json()
+
+
+def test_result_page_shows_every_part(result):
+    for section in ("recipe", "performance", "layout", "memory", "other-layouts", "findings", "changes", "config",
+                    "commands"):
+        assert f'id="{section}"' in result, section
+    for header in ("TP", "PP", "VP", "CP", "EP", "ETP", "DP", "SP", "Micro batch", "Accumulation"):
+        assert f"<th>{header}</th>" in result
+    assert "Why this recipe" in result and "step time" in result and "tokens/s per GPU" in result and "MFU" in result
+
+
+def test_result_page_numbers_are_the_apis(result, answer):
+    layout = answer["layout"]
+    assert f"{layout['step_time_s']:.2f} s" in result
+    assert f"{layout['tokens_per_s_per_gpu']:,.0f}" in result
+    assert answer["recipe"]["name"] in result
+    for change in answer["changes"]:
+        assert change["key"] in result
+
+
+def test_result_page_memory_chart_is_to_scale(result, answer):
+    svg = re.search(r'<svg class="memory" viewBox="0 0 (\d+) \d+".*?</svg>', result, re.S)
+    assert svg
+    width = int(svg.group(1))
+    segments = [float(w) for w in re.findall(r'<rect class="segment" x="[\d.]+" y="\d+" width="([\d.]+)"', svg.group(0))]
+    capacity_x = float(re.search(r'<line x1="([\d.]+)"[^>]*stroke="#c53030"', svg.group(0)).group(1))
+    memory = answer["layout"]["memory_gib"]
+    # Segments add up to the total, drawn on the same scale as the capacity line.
+    assert sum(segments) / capacity_x == pytest.approx(memory["total"] / answer["hardware"]["memory_gib"], rel=0.01)
+    assert capacity_x < width
+
+
+def test_result_page_yaml_matches_the_download(client, result):
+    download = client.get("/recommend.yaml", params=QUERY)
+    assert download.status_code == 200
+    assert download.headers["content-type"].startswith("application/yaml")
+    assert download.headers["content-disposition"] == 'attachment; filename="llama3-8b-pretrain-8xh100.yaml"'
+    shown = re.search(r'<code id="config-yaml">(.*?)</code>', result, re.S).group(1)
+    assert html.unescape(shown) == download.text
+    # The bundled trainer's launch commands name the file the button downloads.
+    bundled = client.get("/recommend", params={**QUERY, "engine": "bundled", "model": "tiny-llama", "gpu_type": "cpu",
+                                                "gpus": "2"})
+    assert bundled.status_code == 200, bundled.text[:300]
+    assert "tiny-llama-pretrain-2xcpu.yaml" in bundled.text.split('id="commands"')[1]
+
+
+def test_result_page_query_round_trips_to_the_form(result):
+    link = re.search(r'href="/\?([^"]+)">Change the request', result).group(1)
+    assert "model=llama3-8b" in html.unescape(link) and "gpus=8" in html.unescape(link)
+
+
+@pytest.mark.parametrize(
+    "change, status, words",
+    [
+        ({"model": "llama3-8x"}, 404, "llama3-8b"),
+        ({"gpu_type": "h1000"}, 404, "h100"),
+        ({"gpus": "eight"}, 422, "valid integer"),
+        ({"goal": "train"}, 422, "pretrain"),
+        ({"model": "deepseek-v3", "gpus": "1"}, 400, "needs at least"),
+    ],
+)
+def test_result_page_errors_are_the_form_with_the_problem(client, change, status, words):
+    r = client.get("/recommend", params={**QUERY, **change})
+    assert r.status_code == status
+    assert 'role="alert"' in r.text and words in r.text
+    assert 'action="/recommend"' in r.text  # the form again, filled in
+    assert client.get("/recommend.yaml", params={**QUERY, **change}).status_code == status
+
+
+def test_result_page_escapes_what_the_user_typed(client):
+    r = client.get("/recommend", params={**QUERY, "model": SCRIPT})
+    assert r.status_code == 404
+    assert SCRIPT not in r.text and "&lt;script&gt;" in r.text
+
+
+def test_root_path_prefixes_every_link():
+    with TestClient(create_app(), root_path="/advisor") as prefixed:
+        page = prefixed.get("/recommend", params=QUERY).text
+    assert 'href="/advisor/static/style.css"' in page
+    assert 'href="/advisor/recommend.yaml?' in page and 'href="/advisor/validate"' in page

@@ -6,20 +6,21 @@ gradient-accumulation micro-batches and data-parallel ranks), as NeMo AutoModel'
 average gradients over the dp ranks, so a rank backpropagates loss_sum * dp_size / global_label_tokens
 (tests/dist_scripts/parallel_equivalence.py checks this equals one process on the whole batch).
 
-`chunked=True` never holds the [B*T, V] logits: the final hidden states are cut into chunks of
-`chunk_size` tokens, each chunk's logits + cross-entropy run under activation checkpointing, so
-the backward recomputes one chunk's logits at a time (the memory trick of Liger's fused linear
-cross-entropy, in plain torch).
+`chunked=True` never holds the [B*T, V] logits: the LM head and the cross-entropy run fused,
+chunk by chunk, with the gradients computed in forward (trainer/fused/linear_cross_entropy.py;
+Liger's Triton kernel when the model runs `kernels: liger`). `chunked="auto"` (the default) takes
+that path unless the LM head is split over a tensor-parallel mesh, where the plain loss runs.
 """
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK_SIZE = 4096
+from trainer.fused.linear_cross_entropy import linear_cross_entropy
 
 
 def causal_lm_loss(
@@ -29,17 +30,25 @@ def causal_lm_loss(
     *,
     position_ids: torch.Tensor | None = None,
     ignore_index: int = -100,
-    chunked: bool = False,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunked: Union[bool, str] = "auto",
+    chunk_size: Optional[int] = None,
 ) -> tuple[torch.Tensor, int]:
     """(summed token cross-entropy in fp32, number of tokens whose label is not `ignore_index`).
 
-    `labels` are already aligned: labels[b, t] is the target of input_ids[b, t].
+    `labels` are already aligned: labels[b, t] is the target of input_ids[b, t]. `chunk_size`
+    None picks one for the device (trainer.fused.linear_cross_entropy.default_chunk_size).
     """
+    if chunked not in (True, False, "auto"):
+        raise ValueError(f"chunked must be true, false or auto, got {chunked!r}")
     if labels.shape != input_ids.shape:
         raise ValueError(f"labels shape {tuple(labels.shape)} must equal input_ids shape {tuple(input_ids.shape)}")
     num_label_tokens = int((labels != ignore_index).sum().item())
     flat_labels = labels.reshape(-1)
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    lm_head = _lm_head(model, required=chunked is True) if chunked else None
+    if chunked == "auto":
+        chunked = lm_head is not None and not _is_tensor_parallel(lm_head)
     if not chunked:
         logits = model(input_ids, position_ids=position_ids)
         loss_sum = F.cross_entropy(
@@ -47,50 +56,42 @@ def causal_lm_loss(
         )
         return loss_sum, num_label_tokens
 
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    lm_head = _lm_head(model)
-    _refuse_tensor_parallel(lm_head)
+    if _is_tensor_parallel(lm_head):
+        raise ValueError(
+            "loss chunked=True does not run with tensor parallel (the LM head is split over the tp "
+            "mesh); set chunked: false or auto, or distributed.tp_size: 1"
+        )
     hidden = model(input_ids, position_ids=position_ids, return_hidden=True)
     hidden = hidden.reshape(-1, hidden.shape[-1])
-    loss_sum = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.shape[0], chunk_size):
-        chunk_labels = flat_labels[start : start + chunk_size]
-        loss_sum = loss_sum + checkpoint(
-            _chunk_cross_entropy,
-            lm_head,
-            hidden[start : start + chunk_size],
-            chunk_labels,
-            ignore_index,
-            use_reentrant=False,
-        )
+    loss_sum = linear_cross_entropy(hidden, lm_head.weight, flat_labels, ignore_index=ignore_index,
+                                    chunk_size=chunk_size, kernels=_kernels(model))
     return loss_sum, num_label_tokens
 
 
-def _chunk_cross_entropy(
-    lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int
-) -> torch.Tensor:
-    logits = lm_head(hidden).float()
-    return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
-
-
-def _lm_head(model: nn.Module) -> nn.Module:
+def _lm_head(model: nn.Module, required: bool = True) -> Optional[nn.Module]:
     for module in model.modules():
         head = getattr(module, "lm_head", None)
         if isinstance(head, nn.Module):
             return head
+    if not required:
+        return None
     raise TypeError(f"{type(model).__name__} has no lm_head; chunked loss needs one")
 
 
-def _refuse_tensor_parallel(lm_head: nn.Module) -> None:
+def _kernels(model: nn.Module) -> str:
+    """The model's kernel setting ("liger" routes the loss to Liger's kernel too)."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "kernels"):
+            return config.kernels
+    return "torch"
+
+
+def _is_tensor_parallel(lm_head: nn.Module) -> bool:
     from torch.distributed.tensor import DTensor
 
     weight = lm_head.weight
     if not isinstance(weight, DTensor):
-        return
+        return False
     mesh = weight.device_mesh
-    if any(name == "tp" and mesh.size(i) > 1 for i, name in enumerate(mesh.mesh_dim_names or ())):
-        raise ValueError(
-            "loss chunked=True does not run with tensor parallel (the LM head is split over the tp "
-            "mesh); set chunked: false or distributed.tp_size: 1"
-        )
+    return any(name == "tp" and mesh.size(i) > 1 for i, name in enumerate(mesh.mesh_dim_names or ()))

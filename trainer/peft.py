@@ -23,7 +23,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.models.builder import DEFAULT_SEED, assign_full_tensor, clean_fqn, initial_value, is_meta, unwrap_model
+from trainer.models.builder import (DEFAULT_SEED, assign_full_tensor, clean_fqn, initial_value, is_meta, skip_init,
+                                    unwrap_model)
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -99,7 +100,8 @@ def apply_lora(
     for name, base in targets:
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        lora = LoRALinear(base, rank=rank, alpha=alpha, dropout=dropout)
+        with skip_init():  # every adapter value is set below, or at materialisation
+            lora = LoRALinear(base, rank=rank, alpha=alpha, dropout=dropout)
         setattr(parent, leaf, lora)
         if not meta:
             with torch.no_grad():

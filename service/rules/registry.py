@@ -65,12 +65,19 @@ def config_rule(code: str, severity: str, key: str, title: str, source: str):
     return _register(CONFIG_RULES, code, severity, key, title, source)
 
 
-def all_rules() -> list[Rule]:
-    # Importing the rule modules fills the tables.
-    from service.rules import config_rules, engine, layout, targets  # noqa: F401
+_loaded = False
 
-    try:  # the memory-fit rule joins when the estimator is present
-        from service.rules import memory_fit  # noqa: F401
-    except ImportError:
-        pass
+
+def ensure_loaded() -> None:
+    """Import every rule module once: importing one module alone must not leave the tables partial."""
+    global _loaded
+    if _loaded:
+        return
+    from service.rules import config_rules, engine, layout, memory_fit, targets  # noqa: F401
+
+    _loaded = True
+
+
+def all_rules() -> list[Rule]:
+    ensure_loaded()
     return sorted(LAYOUT_RULES + CONFIG_RULES, key=lambda r: r.code)

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -137,6 +138,33 @@ def fill_parameters(model: nn.Module, source: InitSource) -> None:
             raise ValueError(f"{source.weights_path or 'init'}: {name}: {err}") from None
 
 
+# nn.init functions the module constructors (Linear, Embedding) call on their fresh parameters.
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "kaiming_uniform_",
+                   "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "orthogonal_")
+
+
+def _skip(tensor: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    return tensor
+
+
+@contextmanager
+def skip_init() -> Iterator[None]:
+    """Module constructors inside leave parameters uninitialised (transformers' `no_init_weights`).
+
+    A meta-device model gets its values later from `materialize`, so the constructors' own init is
+    wasted work, and on meta tensors it is slow work: `nn.init` on a meta tensor runs the Python
+    reference kernels, whose first call imports torch._dynamo (about 3 s per process).
+    """
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
+    try:
+        for name in saved:
+            setattr(nn.init, name, _skip)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
 def materialize(model: nn.Module, device: str | torch.device, source: Optional[InitSource] = None) -> nn.Module:
     """Allocate a meta-device model (sharded or not) on `device` and fill it from its `InitSource`."""
     source = source or getattr(unwrap_model(model), "init_source", None) or InitSource()
@@ -246,22 +274,25 @@ def build_causal_lm(
     seed: Optional[int] = None,
     load_weights: bool = False,
     attn_implementation: str = "sdpa",
+    kernels: str = "torch",
 ) -> CausalLM:
     """Build a decoder, on the meta device first.
 
     device="meta" returns it unmaterialised (remembering its seed / weights in `model.init_source`)
     so that `parallelize_model` can shard it first and each rank allocates only its own shard.
     Any other device allocates and fills it now: weights from safetensors when `load_weights`,
-    otherwise the deterministic init for `seed` (default 0).
+    otherwise the deterministic init for `seed` (default 0). `kernels` picks the RMSNorm / SwiGLU /
+    RoPE implementation (trainer/fused/ops.py).
     """
     config, weights_dir = resolve_config(name_or_path, need_weights=load_weights)
     config.attn_implementation = attn_implementation
+    config.kernels = kernels
     config.validate()
     if load_weights and weights_dir is None:
         raise WeightsNotFoundError(
             f"{name_or_path}: load_weights is set but no model.safetensors or index lies beside its config.json"
         )
-    with torch.device("meta"):
+    with torch.device("meta"), skip_init():
         model = CausalLM(config)
     model.to(dtype=dtype)
     model.init_source = InitSource(

@@ -22,6 +22,9 @@ ARCHITECTURES = {
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+# How RMSNorm, SwiGLU and RoPE run (trainer/fused): "torch" memory-lean autograd functions in plain
+# torch, "liger" Liger's Triton kernels (CUDA), "reference" the plain module math.
+KERNELS = ("torch", "liger", "reference")
 
 
 class ModelConfigError(ValueError):
@@ -56,6 +59,7 @@ class DecoderConfig:
     pad_token_id: Optional[int] = None
     torch_dtype: Optional[str] = None
     attn_implementation: str = "sdpa"
+    kernels: str = "torch"
     extra: dict[str, Any] = field(default_factory=dict)  # other config.json keys, written back untouched
 
     def __post_init__(self) -> None:
@@ -138,6 +142,8 @@ class DecoderConfig:
             raise ModelConfigError(
                 f"attn_implementation {self.attn_implementation!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}"
             )
+        if self.kernels not in KERNELS:
+            raise ModelConfigError(f"kernels {self.kernels!r} is not one of {', '.join(KERNELS)}")
 
     # ---- Hugging Face config.json --------------------------------------------------------------
     @classmethod
@@ -168,7 +174,7 @@ class DecoderConfig:
 
         known = {f.name for f in fields(cls)}
         consumed = known | {"rope_parameters", "architectures", "use_sliding_window", "dtype", "transformers_version"}
-        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation")}
+        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels")}
         kwargs.update(
             model_type=model_type,
             rope_theta=rope_theta,

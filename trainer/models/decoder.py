@@ -14,23 +14,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.fused.ops import rms_norm, rotary, silu_mul
 from trainer.models.config import DecoderConfig
-from trainer.models.rope import RotaryEmbedding, apply_rotary
+from trainer.models.rope import RotaryEmbedding
 
 
 class RMSNorm(nn.Module):
-    """y = w * x / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), computed in fp32 like transformers."""
+    """y = w * x / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), computed in fp32 like transformers.
+    `kernels` picks the implementation (trainer/fused/ops.py)."""
 
-    def __init__(self, dim: int, eps: float = 1e-6):
+    def __init__(self, dim: int, eps: float = 1e-6, kernels: str = "torch"):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        input_dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(input_dtype)
+        return rms_norm(x, self.weight, self.eps, self.kernels)
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
@@ -76,13 +76,14 @@ class Attention(nn.Module):
         self.head_dim = d
         self.sliding_window = config.layer_sliding_window(layer_idx)
         self.attn_implementation = config.attn_implementation
+        self.kernels = config.kernels
         self.q_proj = nn.Linear(h, config.num_attention_heads * d, bias=config.qkv_bias)
         self.k_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
         self.v_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
         self.o_proj = nn.Linear(config.num_attention_heads * d, h, bias=config.o_proj_bias)
         if config.qk_norm:
-            self.q_norm = RMSNorm(d, config.rms_norm_eps)
-            self.k_norm = RMSNorm(d, config.rms_norm_eps)
+            self.q_norm = RMSNorm(d, config.rms_norm_eps, config.kernels)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps, config.kernels)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         bsz, seq_len, _ = x.shape
@@ -93,7 +94,7 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = rotary(q, k, cos, sin, self.kernels)
         mask = None
         if self.sliding_window is not None and seq_len > self.sliding_window:
             mask = _window_mask(seq_len, self.sliding_window, x.device)
@@ -110,9 +111,10 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.kernels = config.kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x), self.kernels))
 
 
 class DecoderBlock(nn.Module):
@@ -122,8 +124,8 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
         self.mlp = SwiGLU(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -137,7 +139,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderBlock(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
         self.rotary_emb = RotaryEmbedding(config)
 
     def forward(self, input_ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import nn
 
+from trainer.fused.ops import rotary_reference as apply_rotary  # noqa: F401  (the reference, re-exported)
+from trainer.fused.ops import rotate_half  # noqa: F401
 from trainer.models.config import DecoderConfig
 
 
@@ -57,14 +59,3 @@ class RotaryEmbedding(nn.Module):
         freqs = position_ids[..., None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, heads, T, head_dim]; cos/sin: [B, T, head_dim]."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return x * cos + rotate_half(x) * sin

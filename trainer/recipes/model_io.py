@@ -21,7 +21,7 @@ CONSOLIDATED, SHARDED = "consolidated", "sharded"
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
-_BUILD_KWARGS = ("dtype", "load_weights", "attn_implementation")
+_BUILD_KWARGS = ("dtype", "load_weights", "attn_implementation", "kernels")
 
 
 def parse_dtype(value: Any) -> torch.dtype:
@@ -33,24 +33,27 @@ def parse_dtype(value: Any) -> torch.dtype:
     return _DTYPES[name]
 
 
-def build_model(section, *, seed: int) -> nn.Module:
-    """The model on the meta device (``model._target_`` or, absent, trainer.models.build_causal_lm)."""
+def build_model(section, *, seed: int, device_type: str = "cpu", compile_enabled: bool = False) -> nn.Module:
+    """The model on the meta device (``model._target_`` or, absent, trainer.models.build_causal_lm).
+    ``model.kernels`` (default auto) is resolved for ``device_type`` (trainer.fused.runtime)."""
+    from trainer.fused.runtime import resolve_kernels
     from trainer.models import build_causal_lm
 
     kwargs = section.kwargs()
     name = section.pretrained_model_name_or_path
     dtype = parse_dtype(kwargs.pop("dtype", "float32"))
+    kernels = resolve_kernels(kwargs.pop("kernels", "auto"), device_type, compile_enabled=compile_enabled)
     try:
         if section.target is not None:
             return instantiate({"_target_": section.target, **kwargs}, "model", name_or_path=name, dtype=dtype,
-                               device="meta", seed=seed)
+                               device="meta", seed=seed, kernels=kernels)
         unknown = sorted(set(kwargs) - set(_BUILD_KWARGS))
         if unknown:
             raise ConfigError(f"model: unknown key(s) {', '.join(unknown)}; the default loader takes "
                               f"pretrained_model_name_or_path, {', '.join(_BUILD_KWARGS)}")
         return build_causal_lm(name, dtype=dtype, device="meta", seed=seed,
                                load_weights=bool(kwargs.get("load_weights", False)),
-                               attn_implementation=kwargs.get("attn_implementation", "sdpa"))
+                               attn_implementation=kwargs.get("attn_implementation", "sdpa"), kernels=kernels)
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError, OSError) as exc:  # unknown model, bad config.json, no weights
@@ -147,19 +150,29 @@ def parallelize(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device)
     from trainer.parallelize import ParallelConfigError, parallelize_model
 
     d = cfg.distributed
+    if cfg.precision == "fp8":
+        from trainer.fused.runtime import apply_fp8
+
+        model = apply_fp8(model, device.type, d.tp_size)
     try:
         return parallelize_model(model, mesh, strategy=d.strategy, tp_size=d.tp_size,
                                  sequence_parallel=d.sequence_parallel and d.tp_size > 1,
-                                 activation_checkpointing=d.activation_checkpointing, precision=cfg.precision,
+                                 activation_checkpointing=d.activation_checkpointing,
+                                 precision=compute_precision(cfg.precision),
                                  compile=cfg.compile.enabled, device=device, compile_backend=cfg.compile.backend)
     except ParallelConfigError as exc:
         raise ConfigError(str(exc)) from None
 
 
+def compute_precision(precision: str) -> str:
+    """The mixed precision around the GEMMs: fp8 runs torchao float8 linears inside a bf16 run."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def autocast(model: nn.Module, precision: str, device_type: str):
     from trainer.parallelize import autocast_context
 
-    return autocast_context(model, precision, device_type)
+    return autocast_context(model, compute_precision(precision), device_type)
 
 
 def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:

@@ -27,6 +27,7 @@ from trainer.builders import dataset_call, instantiate, resolve_target
 from trainer.config import RecipeConfig
 from trainer.data import IGNORE_INDEX, ResumableDataLoader
 from trainer.dist import DistInfo, fault_point
+from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
 from trainer.lr_schedule import build_lr_scheduler
 from trainer.metrics import (JsonlWriter, MetricsSample, device_peak_flops, flops_per_token, make_progress_bar,
                              peak_memory_gib, update_progress_bar)
@@ -77,8 +78,15 @@ class TrainFinetuneRecipe(BaseRecipe):
         torch.manual_seed(cfg.rng.seed)
         self.rng = RNGState()
 
+        if cfg.precision == "fp8":  # refused before anything is built where it cannot run
+            check_fp8(info.device.type, torch.cuda.get_device_capability(info.device)
+                      if info.device.type == "cuda" else None, cfg.distributed.tp_size)
+        precision_warning = cpu_precision_warning(cfg.precision, info.device.type)
+        if precision_warning:
+            log(f"warning: {precision_warning}", info)
         # 1. model on the meta device: nothing is allocated before the layout is known
-        model = model_io.build_model(cfg.model, seed=cfg.rng.seed)
+        model = model_io.build_model(cfg.model, seed=cfg.rng.seed, device_type=info.device.type,
+                                     compile_enabled=cfg.compile.enabled)
         self.model_config = model.config
         model_io.check_layout(self.model_config, cfg)
         # 2. PEFT
@@ -98,7 +106,8 @@ class TrainFinetuneRecipe(BaseRecipe):
             model_io.restore_weights_after_sharding(self.model, self.restore_path, peft=cfg.peft is not None)
 
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = instantiate({"_target_": cfg.optimizer.target, **cfg.optimizer.kwargs()}, "optimizer",
+        optimizer_kwargs = fast_optimizer_kwargs(cfg.optimizer.target, cfg.optimizer.kwargs(), info.device.type)
+        self.optimizer = instantiate({"_target_": cfg.optimizer.target, **optimizer_kwargs}, "optimizer",
                                      params=params)
         self.loss_fn = build_loss_fn(cfg.loss_fn)
         dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0

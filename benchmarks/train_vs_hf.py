@@ -1,0 +1,235 @@
+"""The bundled trainer against a plain Hugging Face training loop: tokens/s and peak memory.
+
+Both train the same Llama (default 4 layers, hidden 256, 8 heads / 4 KV, FFN 768, vocab 32000,
+untied) on the same mock tokens (trainer.data.MockDataset), batch 8 x 512, fp32, AdamW
+(lr 3e-4, betas 0.9/0.95, weight decay 0.01), gradient clipping at 1.0, for the same steps:
+
+- ours: the real recipe, `TrainFinetuneRecipe` set up from a config and run through
+  `run_train_validation_loop()` in-process, with its defaults: SDPA, fused RMSNorm/SwiGLU/RoPE
+  autograd functions, fused linear + cross-entropy, fused AdamW. Tokens/s is read from its
+  training.jsonl (one record per step).
+- hf: `transformers.LlamaForCausalLM` (attn_implementation="sdpa", built from the same
+  config.json) + `torch.optim.AdamW()` with its defaults, `model(input_ids, labels=labels).loss`
+  backward, clip, step, zero_grad: the loop from the transformers docs.
+
+Each run is a fresh subprocess (OMP/torch threads fixed), runs alternate (hf, ours, ours, hf,
+...) so background load hits both alike, and the first `--warmup` steps of each run are not timed.
+
+Peak memory: the process's resident-set high-water mark (getrusage ru_maxrss; tracemalloc does not
+see torch's allocations and CPU torch keeps no allocator statistics). Both workers import torch
+and transformers before anything is measured, so the import cost is equal; the table shows the
+whole-process peak and the peak above the RSS after imports (what training itself added).
+
+Run: .venv/bin/python benchmarks/train_vs_hf.py [--rounds 3 --steps 4 --warmup 1 --threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPE = dict(vocab_size=32000, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
+OPTIM = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def write_model_dir(folder: Path, layers: int, hidden: int, vocab: int) -> Path:
+    from trainer.models.config import DecoderConfig
+
+    shape = dict(SHAPE, num_hidden_layers=layers, hidden_size=hidden, vocab_size=vocab,
+                 intermediate_size=3 * hidden)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(DecoderConfig(**shape).to_hf(), indent=1))
+    return folder
+
+
+def mock_dataset(args, vocab: int):
+    from trainer.data import MockDataset
+
+    return MockDataset(seq_length=args.seq, num_samples=args.batch * (args.steps + args.warmup),
+                       vocab_size=vocab, seed=1234)
+
+
+# ---- workers (one per subprocess) ---------------------------------------------------------------
+
+
+def run_ours(args, model_dir: Path, out_dir: Path) -> dict:
+    from trainer.config import parse_config
+    from trainer.dist import init_distributed
+    from trainer.recipes.train_ft import TrainFinetuneRecipe
+
+    steps = args.steps + args.warmup
+    raw = {
+        "model": {"pretrained_model_name_or_path": str(model_dir), **({"kernels": args.kernels} if args.kernels else {})},
+        "step_scheduler": {"global_batch_size": args.batch, "local_batch_size": args.batch, "max_steps": steps,
+                           "log_interval": 1},
+        "distributed": {"strategy": "fsdp2"},
+        "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": args.seq,
+                    "num_samples": args.batch * steps, "seed": 1234},
+        "dataloader": {"shuffle": False},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": OPTIM["lr"], "betas": list(OPTIM["betas"]),
+                      "weight_decay": OPTIM["weight_decay"]},
+        "lr_scheduler": {"schedule": "constant"},
+        "loss_fn": {k: v for k, v in (("chunked", args.chunked), ("chunk_size", args.chunk_size)) if v is not None},
+        "clip_grad_norm": {"max_norm": 1.0},
+        "compile": {"enabled": args.compile},
+        "checkpoint": {"enabled": False, "checkpoint_dir": str(out_dir)},
+        "precision": "fp32",
+        "hardware": {"gpu_type": "cpu", "gpus_per_node": 1},
+    }
+    # As `python -m trainer CONFIG` runs it: a one-process group, so FSDP2 on a one-rank mesh.
+    recipe = TrainFinetuneRecipe(parse_config(raw), raw, init_distributed("auto"))
+    recipe.setup()
+    recipe.run_train_validation_loop()
+    rows = [json.loads(line) for line in (out_dir / "training.jsonl").read_text().splitlines()]
+    timed = [r for r in rows if r["step"] > args.warmup]
+    tokens = args.batch * args.seq * len(timed)
+    seconds = sum(args.batch * args.seq / r["tps"] for r in timed)
+    return {"tokens_per_s": tokens / seconds, "losses": [r["loss"] for r in rows]}
+
+
+def run_hf(args, model_dir: Path) -> dict:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1234)
+    config = LlamaConfig.from_pretrained(str(model_dir))
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), **OPTIM)
+    data = mock_dataset(args, config.vocab_size)
+    losses, seconds = [], 0.0
+    for step in range(args.steps + args.warmup):
+        batch = [data[i] for i in range(step * args.batch, (step + 1) * args.batch)]
+        input_ids = torch.stack([b["input_ids"] for b in batch])
+        labels = torch.stack([b["labels"] for b in batch])
+        start = time.perf_counter()
+        # MockDataset labels are already shifted; transformers shifts again, so pass unshifted targets
+        # aligned its way: labels[t] is compared with logits[t-1].
+        hf_labels = torch.cat([torch.full_like(labels[:, :1], -100), labels[:, :-1]], dim=1)
+        loss = model(input_ids=input_ids, labels=hf_labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step >= args.warmup:
+            seconds += time.perf_counter() - start
+    return {"tokens_per_s": args.batch * args.seq * args.steps / seconds, "losses": losses}
+
+
+def worker(args) -> None:
+    import torch
+    import transformers  # noqa: F401  (imported by both workers, so both baselines hold it)
+
+    torch.set_num_threads(args.threads)
+    import trainer.recipes.train_ft  # noqa: F401
+
+    baseline = rss_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = write_model_dir(Path(tmp) / "model", args.layers, args.hidden, args.vocab)
+        result = run_ours(args, model_dir, Path(tmp) / "out") if args.worker == "ours" else run_hf(args, model_dir)
+    result.update(peak_rss=peak_rss_bytes(), baseline_rss=baseline)
+    print("RESULT " + json.dumps(result))
+
+
+# ---- driver -------------------------------------------------------------------------------------
+
+
+def launch(kind: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind] + forwarded_args(args)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"{kind} run failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def forwarded_args(args) -> list[str]:
+    out = []
+    for name in ("steps", "warmup", "threads", "batch", "seq", "layers", "hidden", "vocab", "chunk_size",
+                 "chunked", "kernels"):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out + (["--compile"] if args.compile else [])
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--chunk-size", type=int, default=None, help="ours: loss_fn.chunk_size (default: auto)")
+    parser.add_argument("--chunked", default=None, help="ours: loss_fn.chunked (default: auto)")
+    parser.add_argument("--kernels", default=None, help="ours: model.kernels (default: auto)")
+    parser.add_argument("--compile", action="store_true", help="ours: compile.enabled")
+    parser.add_argument("--worker", choices=("ours", "hf"), help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args()
+    if args.chunked in ("true", "false"):
+        args.chunked = args.chunked == "true"
+    if args.worker:
+        worker(args)
+        return
+
+    runs: dict[str, list[dict]] = {"hf": [], "ours": []}
+    for i in range(args.rounds):
+        for kind in (("hf", "ours") if i % 2 == 0 else ("ours", "hf")):
+            result = launch(kind, args)
+            runs[kind].append(result)
+            print(f"round {i + 1} {kind}: {result['tokens_per_s']:.0f} tokens/s, peak RSS {mib(result['peak_rss'])} MiB "
+                  f"(+{mib(result['peak_rss'] - result['baseline_rss'])} over imports)", flush=True)
+
+    def median(kind: str, key) -> float:
+        return statistics.median(key(r) for r in runs[kind])
+
+    rows = {kind: (median(kind, lambda r: r["tokens_per_s"]), median(kind, lambda r: r["peak_rss"]),
+                   median(kind, lambda r: r["peak_rss"] - r["baseline_rss"])) for kind in runs}
+    (hf_tps, hf_peak, hf_train), (our_tps, our_peak, our_train) = rows["hf"], rows["ours"]
+    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, fp32, "
+          f"{args.threads} threads, {args.steps} timed steps after {args.warmup}, median of {args.rounds} runs each")
+    print("| loop | tokens/s | peak RSS (MiB) | peak RSS above imports (MiB) |")
+    print("|---|---|---|---|")
+    print(f"| transformers LlamaForCausalLM + AdamW (reference) | {hf_tps:.0f} | {mib(hf_peak)} | {mib(hf_train)} |")
+    print(f"| bundled trainer (TrainFinetuneRecipe) | {our_tps:.0f} | {mib(our_peak)} | {mib(our_train)} |")
+    print(f"| ratio ours / reference | {our_tps / hf_tps:.2f}x | {our_peak / hf_peak:.2f}x | {our_train / hf_train:.2f}x |")
+    first = {k: [round(x, 3) for x in runs[k][0]["losses"]] for k in runs}
+    print(f"first-run losses: hf {first['hf']}, ours {first['ours']}")
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()

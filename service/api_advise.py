@@ -1,0 +1,212 @@
+"""POST /v1/plan, /v1/recommend and /v1/diff: the CLI's functions over HTTP.
+
+Plan and recommend are pure functions of the request and the bundled index, so
+their encoded answers are cached per process (``service.memo``), keyed by the
+request with names normalised (``Meta-Llama-3-8B`` and ``llama3-8b`` share an
+entry). A miss runs in the thread pool; a hit is a dict lookup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import lru_cache
+from typing import Any, Callable
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from service import api_models as m
+from service.api import ERRORS, JSON, encode, yaml_error_response
+from service.changes import diff, summary, verdict
+from service.cli_plan import request_from_args
+from service.lookups import lookup_hardware, lookup_model
+from service.memo import Answer, ResponseCache, cached_answer
+from service.planner import PlanError, plan
+from service.recommend import Recommendation, recommend
+from service.yamlio import OverrideError, YamlError, load_yaml
+
+router = APIRouter(tags=["advise"])
+
+CACHE_SIZE = 1024
+responses = ResponseCache(CACHE_SIZE)
+CANNOT_PLAN = {
+    400: {"model": m.ErrorResponse, "description": "A request no layout can serve; the detail says what would."}
+}
+PLAN_ERRORS = {**CANNOT_PLAN, 404: ERRORS[404], 413: ERRORS[413]}
+
+
+def request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
+    """A hashable key of the request with the model and GPU names resolved (unknown ones raise 404)."""
+    values = body.model_dump(exclude=set(exclude))
+    values["model"] = lookup_model(body.model).id
+    values["gpu_type"] = lookup_hardware(body.gpu_type).name
+    if "overrides" in values:
+        values["overrides"] = tuple(sorted(values["overrides"].items()))
+    return tuple(sorted(values.items()))
+
+
+def _cli_args(values: dict) -> argparse.Namespace:
+    """The namespace `recipe-advisor plan` builds from its flags, with the model already resolved."""
+    fields = ("gpus", "gpu_type", "nodes", "goal", "seq_length", "global_batch_size", "precision", "engine")
+    return argparse.Namespace(model=lookup_model(values["model"]), **{k: values[k] for k in fields})
+
+
+# ------------------------------------------------------------------ plan
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def cached_plan(key: tuple):
+    """The full ranking; `top` only cuts it when encoding, so every `top` shares one entry."""
+    return plan(request_from_args(_cli_args(dict(key))))
+
+
+@router.post(
+    "/v1/plan",
+    response_model=m.PlanResponse,
+    summary="Rank the parallel layouts of a model on your hardware",
+    description=(
+        "The same as `recipe-advisor plan --format json`: layouts that fit first, fastest first. "
+        "Sequence length, global batch and precision default to the recipe `recommend` would start from."
+    ),
+    responses=PLAN_ERRORS,
+)
+async def plan_route(body: m.PlanBody) -> Response:
+    key = request_key(body, exclude=("top",))
+
+    def compute() -> bytes:
+        return encode(m.PlanResponse.model_validate(cached_plan(key).to_dict(top=body.top)))
+
+    return await answer(("plan", key, body.top), compute)
+
+
+async def answer(key: tuple, compute: Callable[[], bytes]) -> Response:
+    status, content = await answer_for(key, compute)
+    return Response(content, status_code=status, media_type=JSON)
+
+
+async def answer_for(key: tuple, compute: Callable[[], bytes]) -> Answer:
+    """The cached answer, or compute it: a body, or a PlanError as its 400 (cached alike)."""
+
+    def status_and_body() -> Answer:
+        try:
+            return 200, compute()
+        except PlanError as err:
+            error = m.ErrorResponse(detail=str(err), field=err.field, suggestions=err.suggestions)
+            return 400, encode(error)
+
+    return await cached_answer(responses, key, status_and_body)
+
+
+# ------------------------------------------------------------------ recommend
+
+
+def why_chosen(rec: Recommendation) -> list[str]:
+    """The recommender's choice of base recipe, in words (the seed's decision tree, step by step)."""
+    entry, req = rec.recipe, rec.plan.request
+    if entry is None:
+        return ["no recipe in the index fits this model and engine: the config starts from the schema defaults"]
+    reasons = []
+    if entry.model == rec.model.id:
+        reasons.append(f"{rec.model.id}'s own {entry.mode} recipe ({entry.kind})")
+    else:
+        reasons.append(f"the closest recipe in the index: {entry.model} ({entry.mode}, {entry.kind})")
+    if entry.num_gpus and entry.hardware:
+        same = entry.num_gpus == req.world_size and entry.hardware == req.hardware.name
+        reasons.append(
+            f"sized for {entry.num_gpus} x {entry.hardware}"
+            + ("" if same else f"; layout re-planned for {req.world_size} x {req.hardware.name}")
+        )
+    if entry.seq_length:
+        reasons.append(f"sequence length {entry.seq_length} in the recipe, {req.seq_length} in this config")
+    reasons.append(
+        "its convergence contract (global batch, schedule, sequence length, precision, data) is kept "
+        "unless you set it; the changes below list every difference with its layer"
+    )
+    return reasons
+
+
+def recommendation_response(rec: Recommendation, top: int) -> m.RecommendResponse:
+    data = rec.to_dict()
+    others = [row.to_dict() for row in rec.plan.layouts if row is not rec.best][: top]
+    return m.RecommendResponse.model_validate({**data, "why": why_chosen(rec), "other_layouts": others})
+
+
+def overrides_argv(overrides: dict[str, Any]) -> list[str]:
+    """The CLI's `--key=value` arguments for a JSON object of overrides."""
+    argv = []
+    for key, value in overrides.items():
+        text = json.dumps(value) if not isinstance(value, str) else value
+        argv.append(f"--{key}={text}")
+    return argv
+
+
+def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendation:
+    """`recipe-advisor recommend` for API fields (names already checked by `request_key`)."""
+    try:
+        return recommend(
+            lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
+            goal=values["goal"], seq_length=values["seq_length"], global_batch_size=values["global_batch_size"],
+            precision=values["precision"], engine=values["engine"],
+            overrides=overrides_argv(dict(values.get("overrides") or ())), config_path=config_path,
+        )
+    except OverrideError as err:
+        raise HTTPException(400, {"detail": f"override: {err}", "field": "overrides", "suggestions": []}) from None
+
+
+@router.post(
+    "/v1/recommend",
+    response_model=m.RecommendResponse,
+    summary="A ready config, its layout, estimates, findings and launch commands",
+    description=(
+        "The same as `recipe-advisor recommend --format json`, plus `why` and the runner-up layouts. "
+        "The base recipe's convergence contract is kept unless a field here sets it."
+    ),
+    responses=PLAN_ERRORS,
+)
+async def recommend_route(body: m.RecommendBody) -> Response:
+    status, content = await recommend_answer(body)
+    return Response(content, status_code=status, media_type=JSON)
+
+
+async def recommend_answer(body: m.RecommendBody, config_path: str = "config.yaml") -> Answer:
+    """(status, JSON) of a recommendation; the web page shares the cache with the API."""
+    key = request_key(body)
+
+    def compute() -> bytes:
+        return encode(recommendation_response(run_recommend(dict(key), config_path), body.top))
+
+    return await answer_for(("recommend", key, config_path), compute)
+
+
+# ------------------------------------------------------------------ diff
+
+
+def _load(text: str, field: str) -> dict:
+    try:
+        return load_yaml(text, f"<{field}>").data
+    except YamlError as err:
+        error = yaml_error_response(err)
+        error.detail = {**error.detail, "field": field, "detail": f"{field}: {error.detail['detail']}"}
+        raise error from None
+
+
+def diff_response(base_text: str, new_text: str) -> m.DiffResponse:
+    changes = diff(_load(base_text, "base"), _load(new_text, "new"))
+    return m.DiffResponse.model_validate(
+        {"changes": [c.to_dict() for c in changes], "summary": summary(changes), "verdict": verdict(changes)}
+    )
+
+
+@router.post(
+    "/v1/diff",
+    response_model=m.DiffResponse,
+    summary="Classify every changed key between two configs",
+    description="The same as `recipe-advisor diff BASE NEW --format json`, with a one-line verdict.",
+    responses={400: ERRORS[400], 413: ERRORS[413]},
+)
+async def diff_route(body: m.DiffBody) -> Response:
+    result = await run_in_threadpool(diff_response, body.base, body.new)
+    return Response(encode(result), media_type=JSON)

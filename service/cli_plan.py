@@ -1,0 +1,102 @@
+"""`recipe-advisor plan`: rank the parallel layouts of a model on a GPU allocation. Exit 0, or 2 on unusable input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
+from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, gpus_needed, make_request, plan
+
+EXIT_OK, EXIT_UNUSABLE = 0, 2
+DEFAULT_TOP = 10
+REQUEST_ERRORS = (UnknownModelError, UnknownHardwareError, ModelConfigError, PlanError)
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags `plan` and `recommend` share (DESIGN.md, command line)."""
+    p.add_argument("--model", required=True, help="bundled model id or alias, a config.json path, or a HF repo id")
+    p.add_argument("--gpus", type=int, required=True,
+                   help="GPUs per node; without --nodes a multiple of the node size is read as the total")
+    p.add_argument("--gpu-type", required=True, help="hardware card, e.g. h100 (`recipe-advisor hardware`)")
+    p.add_argument("--nodes", type=int, help="number of nodes")
+    p.add_argument("--goal", choices=GOALS, default="pretrain", help="pretrain, sft or peft (default pretrain)")
+    p.add_argument("--seq-length", type=int, help="sequence length (default: the recipe's)")
+    p.add_argument("--global-batch-size", type=int, help="global batch in sequences (default: the recipe's)")
+    p.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the recipe's)")
+    p.add_argument("--engine", choices=ENGINES, default="megatron",
+                   help="megatron: every parallel dimension; bundled: what the bundled trainer supports")
+
+
+def add_parser(subparsers, name: str) -> None:
+    p = subparsers.add_parser(name, help="rank the valid parallel layouts for a model on your hardware",
+                              description="Enumerate TP/PP/VP/CP/EP/ETP and micro batch, prune with the validate "
+                                          "rules, estimate memory and step time, rank what fits by tokens/s. "
+                                          "Exit 0; 2 on unusable input.")
+    add_request_arguments(p)
+    p.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"layouts to show (default {DEFAULT_TOP}; 0: all)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=run)
+
+
+def request_from_args(args: argparse.Namespace) -> PlanRequest:
+    """The request, with the recipe's convergence contract for whatever the user left out."""
+    from service.recommend import contract_defaults
+
+    seq, gbs, precision = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
+                                            engine=args.engine, seq_length=args.seq_length)
+    return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
+                        seq_length=args.seq_length or seq, global_batch_size=args.global_batch_size or gbs,
+                        precision=args.precision or precision, engine=args.engine)
+
+
+def report_error(err: Exception) -> int:
+    print(f"error: {err}", file=sys.stderr)
+    return EXIT_UNUSABLE
+
+
+def format_text(result: Plan, top: Optional[int]) -> str:
+    req, hw = result.request, result.request.hardware
+    lines = [f"{req.model.id} on {req.world_size} x {hw.name} ({req.gpus_per_node}/node x {req.num_nodes}), "
+             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision}, "
+             f"{req.engine} engine; {hw.memory_gib:g} GiB per GPU, {result.usable_gib:.1f} usable",
+             f"{len(result.fitting)} of {len(result.layouts)} valid layouts fit "
+             f"({result.structures} parallel shapes enumerated)"]
+    header = (f"{'#':>3} {'TP':>3} {'PP':>3} {'VP':>3} {'CP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'mbs':>3} "
+              f"{'acc':>5} {'recompute':<9} {'sharding':<9} {'GiB':>7} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>5}")
+    lines += ["", header]
+    rows = result.layouts if not top else result.layouts[:top]
+    for i, row in enumerate(rows, 1):
+        lay, t = row.layout, row.time
+        lines.append(f"{i:>3} {lay.tp:>3} {lay.pp:>3} {lay.vp or '-':>3} {lay.cp:>3} {lay.ep:>4} {lay.etp:>3} "
+                     f"{row.dp:>5} {lay.micro_batch_size:>3} {row.grad_accumulation_steps:>5} {lay.recompute:<9} "
+                     f"{row.sharding:<9} {row.memory.total:>7.1f} {t.step_time_s:>8.2f} "
+                     f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit"))
+    not_fitting = [r for r in rows if not r.fits]
+    if not_fitting:
+        lines += ["", f"does not fit: {result.why_not_fitting(not_fitting[0])}"]
+    if not result.fitting:
+        needed = gpus_needed(req)
+        lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
+                     (f"needs at least {needed} GPUs of that type" if needed else "no GPU count up to 65536 fits"))
+    if result.rejections:
+        lines += ["", "rejected by the rules:"]
+        for code, (finding, count) in sorted(result.rejections.items()):
+            lines.append(f"  {code} x{count}: {finding.message}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        request = request_from_args(args)
+        result = plan(request)
+    except REQUEST_ERRORS as err:
+        return report_error(err)
+    top = args.top if args.top and args.top > 0 else None
+    if args.format == "json":
+        print(json.dumps(result.to_dict(top=top), indent=2))
+    else:
+        print(format_text(result, top))
+    return EXIT_OK

@@ -1,0 +1,84 @@
+"""`recipe-advisor recommend`: a ready config, its layout and estimates, findings and launch commands.
+
+Exit 0; 2 on unusable input or an impossible request (the message says what would work);
+1 if the advised config itself fails validation (a bug: please report it).
+Arguments the parser does not know are config overrides: ``--optimizer.lr 1e-4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from service.cli_plan import REQUEST_ERRORS, add_request_arguments, report_error
+from service.changes import verdict
+from service.recommend import Recommendation, recommend
+from service.yamlio import OverrideError
+
+EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
+
+
+def add_parser(subparsers, name: str) -> None:
+    p = subparsers.add_parser(name, help="a ready config and launch commands for a model, hardware and goal",
+                              description="Pick the base recipe (seed decision tree), apply the planner's best "
+                                          "layout, keep the convergence contract, validate, and print the launch "
+                                          "commands. Extra --a.b v arguments override config keys. Exit 0; 2 on "
+                                          "unusable input or an impossible request.")
+    add_request_arguments(p)
+    p.add_argument("--format", choices=["yaml", "json"], default="yaml",
+                   help="yaml: the config (and, with -o, a summary); json: everything")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the config YAML to FILE")
+    p.set_defaults(func=run, accepts_overrides=True)
+
+
+def summary_text(rec: Recommendation) -> str:
+    row, req = rec.best, rec.plan.request
+    lay, mem, t = row.layout, row.memory, row.time
+    lines = [f"recipe: {rec.recipe.name if rec.recipe else '(schema defaults)'} -> {rec.model.id} {rec.goal} on "
+             f"{req.world_size} x {req.hardware.name} ({rec.engine} engine)"]
+    lines += [f"note: {n}" for n in rec.notes]
+    lines.append(f"layout: TP {lay.tp} PP {lay.pp} VP {lay.vp or '-'} CP {lay.cp} EP {lay.ep} ETP {lay.etp} "
+                 f"DP {row.dp} SP {lay.sp} micro batch {lay.micro_batch_size} x {row.grad_accumulation_steps} "
+                 f"accumulation, recompute {lay.recompute}, sharding {row.sharding} ({row.strategy})")
+    lines.append(f"memory per GPU: {mem.total:.1f} GiB (weights {mem.weights:.1f}, grads {mem.grads:.1f}, optimizer "
+                 f"{mem.optimizer:.1f}, activations {mem.activations:.1f}, other {mem.other:.1f}) of "
+                 f"{req.hardware.memory_gib:g}")
+    lines.append(f"estimate: {t.step_time_s:.2f} s/step, {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {t.mfu:.2f}")
+    if rec.changes:
+        lines.append(f"changes from the base recipe ({verdict(rec.changes)}):")
+        lines += [f"  [{c.layer}] {c.key}: {c.old!r} -> {c.new!r}" for c in rec.changes]
+    lines.append(f"validate: {rec.errors} error(s), "
+                 f"{sum(f.severity == 'warning' for f in rec.findings)} warning(s)")
+    lines += [f"  {f.code} {f.severity}: {f.message}" for f in rec.findings if f.severity != "info"]
+    for name, command in rec.commands.items():
+        lines += ["", f"## {name}", command.rstrip()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(getattr(args, "overrides", []) or [])
+    config_path = args.output or "config.yaml"
+    try:
+        rec = recommend(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
+                        seq_length=args.seq_length, global_batch_size=args.global_batch_size,
+                        precision=args.precision, engine=args.engine, overrides=overrides, config_path=config_path)
+    except REQUEST_ERRORS as err:
+        return report_error(err)
+    except OverrideError as err:
+        return report_error(err)
+    if args.output:
+        try:
+            Path(args.output).write_text(rec.config_yaml, encoding="utf-8")
+        except OSError as err:
+            print(f"error: cannot write {args.output}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_UNUSABLE
+    if args.format == "json":
+        print(json.dumps(rec.to_dict(), indent=2, default=str))
+    elif args.output:
+        print(summary_text(rec))
+    else:
+        print(rec.config_yaml, end="")
+        print("\n".join("# " + line if line else "#" for line in summary_text(rec).splitlines()))
+    return EXIT_INVALID if rec.errors else EXIT_OK

@@ -1,0 +1,161 @@
+"""The planner: enumeration obeys the rules and the engine, fit and ranking, impossible requests, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recipe_index.errors import UnknownHardwareError
+from service import constants as C
+from service.cli import main
+from service.facts import Layout
+from service.planner import PlanError, explain_layout, facts_for, gpus_needed, make_request, plan
+from service.rules.memory_fit import memory_fits
+from service.validate import check_layout
+from trainer.capabilities import CAPABILITIES
+
+LAYOUT_KEYS = {"tp", "pp", "vp", "cp", "ep", "etp", "dp", "sp", "micro_batch_size", "grad_accumulation_steps",
+               "recompute", "sharding", "memory_gib", "fits", "step_time_s", "tokens_per_s_per_gpu", "mfu"}
+
+
+@pytest.fixture(scope="module")
+def llama70b_64():
+    return plan(make_request("llama3-70b", 64, "h100", seq_length=8192, global_batch_size=128))
+
+
+@pytest.fixture(scope="module")
+def qwen_moe_16():
+    return plan(make_request("qwen3-30b-a3b", 16, "h100", seq_length=4096, global_batch_size=256))
+
+
+def test_every_layout_divides_the_world_and_passes_the_rules(llama70b_64):
+    req = llama70b_64.request
+    assert llama70b_64.layouts
+    for row in llama70b_64.layouts[::7]:
+        lay = row.layout
+        assert lay.tp * lay.pp * lay.cp * row.dp == req.world_size
+        assert row.grad_accumulation_steps * lay.micro_batch_size * row.dp == req.global_batch_size
+        errors = [f for f in check_layout(facts_for(req, lay, row.strategy)) if f.severity == "error"]
+        assert not errors, (lay, errors)
+
+
+def test_fitting_layouts_come_first_ranked_by_throughput(llama70b_64):
+    rows = llama70b_64.layouts
+    fits = [r.fits for r in rows]
+    assert fits[0] and fits == sorted(fits, reverse=True)
+    fitting = llama70b_64.fitting
+    best = max(r.tokens_per_s for r in fitting)
+    # Ties within ESTIMATE_TIE_TOLERANCE may reorder; nothing clearly faster is ranked below.
+    assert fitting[0].tokens_per_s >= best * (1 - C.ESTIMATE_TIE_TOLERANCE)
+    usable = llama70b_64.usable_gib
+    assert all(r.memory.total <= usable + 1e-9 for r in fitting)
+    assert all(r.memory_total_gib > usable for r in rows if not r.fits)
+
+
+def test_plan_json_has_the_design_keys(llama70b_64):
+    data = llama70b_64.to_dict(top=3)
+    assert {"model", "hardware", "layouts"} <= set(data) and data["model"] == "llama3-70b"
+    assert len(data["layouts"]) == 3
+    for layout in data["layouts"]:
+        assert set(layout) == LAYOUT_KEYS
+        assert set(layout["memory_gib"]) == {"weights", "grads", "optimizer", "activations", "other", "total"}
+    json.dumps(data)
+
+
+def test_moe_layouts_use_expert_parallel(qwen_moe_16):
+    assert any(r.layout.ep > 1 for r in qwen_moe_16.fitting)
+    for row in qwen_moe_16.layouts:
+        lay = row.layout
+        assert 128 % lay.ep == 0 and 16 % (lay.pp * lay.ep * lay.etp) == 0
+        assert lay.etp == (1 if lay.ep > 1 else lay.tp)  # Bridge's default
+
+
+def test_bundled_engine_uses_only_declared_capabilities():
+    result = plan(make_request("llama3-8b", 8, "h100", seq_length=4096, global_batch_size=64, engine="bundled"))
+    assert result.fitting
+    strategies = set(CAPABILITIES["strategies"])
+    for row in result.layouts:
+        lay = row.layout
+        assert lay.pp == lay.cp == lay.ep == 1 and lay.vp is None
+        assert row.strategy in strategies
+        if lay.tp > 1:
+            assert row.strategy == "fsdp2"  # the trainer refuses TP with DDP
+    assert {r.layout.tp for r in result.layouts} > {1}
+
+
+def test_bundled_engine_rejects_moe_with_the_rule_reason():
+    result = plan(make_request("qwen3-30b-a3b", 8, "h100", engine="bundled"))
+    assert not result.layouts and "RA-E002" in result.rejections
+
+
+def test_megatron_dimensions_all_appear(llama70b_64):
+    rows = llama70b_64.layouts
+    assert {r.layout.tp for r in rows} >= {1, 2, 4, 8}
+    assert {r.layout.pp for r in rows} >= {1, 2, 4, 8}
+    assert any(r.layout.vp for r in rows) and {r.layout.cp for r in rows} >= {1, 2}
+    assert {r.layout.recompute for r in rows} >= {"none", "selective", "full"}
+    assert {r.sharding for r in rows} == {"optimizer", "full"}
+
+
+def test_tiny_model_on_cpu_fits():
+    result = plan(make_request("tiny-llama", 2, "cpu", seq_length=64, global_batch_size=16, engine="bundled"))
+    assert result.best is not None and result.best.dp == 2
+
+
+def test_nothing_fits_and_gpus_needed_finds_a_count_that_does():
+    req = make_request("llama3-70b", 1, "h100", seq_length=8192, global_batch_size=512)
+    assert plan(req).best is None
+    needed = gpus_needed(req)
+    assert needed is not None and needed >= 8
+    assert plan(req.with_world(needed)).best is not None
+    assert plan(req.with_world(needed // 2)).best is None
+
+
+def test_explicit_pipeline_layouts_for_models_whose_recipes_use_them():
+    """DeepSeek-V3's 61 layers do not split over PP=4 x VP=4; its recipes place them explicitly."""
+    req = make_request("deepseek-v3", 256, "gb200", seq_length=4096, global_batch_size=4096)
+    result = plan(req)
+    row = result.find(Layout(pp=4, vp=4, ep=64, micro_batch_size=1))
+    assert row is not None
+    llama = make_request("llama3-70b", 64, "h100")
+    errors = [f.code for f in explain_layout(llama, Layout(pp=3, micro_batch_size=1)) if f.severity == "error"]
+    assert "RA-L011" in errors or "RA-L006" in errors
+
+
+def test_memory_fit_rule_agrees_with_the_plan(llama70b_64):
+    req = llama70b_64.request
+    fitting, tight = llama70b_64.fitting[0], llama70b_64.layouts[-1]
+    for row, expect_error in ((fitting, False), (tight, True)):
+        facts = facts_for(req, row.layout, row.strategy)
+        facts.extra = {"sharding": row.sharding}
+        violation = memory_fits(facts)
+        is_error = violation is not None and (violation.severity or "error") == "error"
+        assert is_error == expect_error
+        assert (violation is not None) == (row.memory.total > req.hardware.memory_gib * C.MEMORY_WARNING_FRACTION)
+
+
+def test_bad_request_values_name_the_field():
+    with pytest.raises(PlanError) as err:
+        make_request("llama3-8b", 8, "h100", goal="finetune")
+    assert err.value.field == "goal"
+    with pytest.raises(UnknownHardwareError) as hw:
+        make_request("llama3-8b", 8, "h200x")
+    assert "h100" in str(hw.value)
+
+
+def test_cli_plan_json_and_text(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "--format", "json",
+                 "--top", "4"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["layouts"]) == 4 and data["layouts"][0]["fits"]
+    assert data["seq_length"] == 8192  # the recipe's convergence contract fills what the flags leave out
+    assert main(["plan", "--model", "llama3-70b", "--gpus", "2", "--gpu-type", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "does not fit" in out and "needs at least" in out
+
+
+def test_cli_plan_unknown_gpu_exits_2(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "tpu-v5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU type" in err and "h100" in err and "gb200" in err

@@ -1,0 +1,132 @@
+"""The recommender: decision tree, convergence contract, validated config, commands, impossible requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from service.cli import main
+from service.planner import PlanError
+from service.recommend import Impossible, recommend
+from service.validate import validate_text
+
+
+@pytest.fixture(scope="module")
+def llama_16():
+    return recommend("llama3-8b", 16, "h100")
+
+
+def test_tiny_llama_bundled_config_validates_with_zero_errors(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    assert main(["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
+                 "--engine", "bundled", "-o", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "validate: 0 error(s)" in out and "recipe-advisor train" in out
+    data = yaml.safe_load(config.read_text())
+    assert data["distributed"]["strategy"] in ("fsdp2", "ddp")
+    assert data["dataset"]["_target_"] == "trainer.data.MockDataset"
+    assert data["model"]["pretrained_model_name_or_path"] == "tiny-llama"
+    assert data["hardware"] == {"gpu_type": "cpu", "gpus_per_node": 2, "num_nodes": 1}
+    assert data["checkpoint"]["checkpoint_dir"].startswith("checkpoints/")
+    assert main(["validate", str(config), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["errors"] == 0
+
+
+def test_convergence_contract_is_kept(llama_16):
+    rec = llama_16
+    base = yaml.safe_load(open(rec.recipe.path).read())
+    for key in ("global_batch_size",):
+        assert rec.config["step_scheduler"][key] == base["step_scheduler"][key]
+    assert rec.config["dataset"]["seq_length"] == base["dataset"]["seq_length"]
+    assert rec.config["precision"] == base["precision"]
+    assert rec.config["optimizer"] == base["optimizer"]
+    assert not [c for c in rec.changes if c.layer == "convergence"]
+    assert rec.errors == 0
+
+
+def test_layout_is_the_plans_choice_and_is_applied(llama_16):
+    rec, lay = llama_16, llama_16.best.layout
+    dist = rec.config["distributed"]
+    assert dist["tp_size"] == lay.tp and dist.get("pp_size", 1) == lay.pp and dist["cp_size"] == lay.cp
+    assert rec.config["step_scheduler"]["local_batch_size"] == lay.micro_batch_size
+    assert rec.config["hardware"] == {"gpu_type": "h100", "gpus_per_node": 8, "num_nodes": 2}
+    assert rec.best.fits and rec.best.tokens_per_s >= rec.plan.best.tokens_per_s * 0.94
+    assert {c.key for c in rec.changes} >= {"hardware.gpus_per_node", "hardware.num_nodes"}
+
+
+def test_launch_commands(llama_16):
+    cmds = llama_16.commands
+    assert set(cmds) == {"torchrun_multinode", "sbatch", "megatron_bridge"}
+    assert "--rdzv-backend=c10d" in cmds["torchrun_multinode"] and "--nnodes=2" in cmds["torchrun_multinode"]
+    assert "#SBATCH --nodes=2" in cmds["sbatch"] and "#SBATCH --gpus-per-node=8" in cmds["sbatch"]
+    bridge = cmds["megatron_bridge"]
+    assert "run_recipe.py" in bridge and f"--recipe {llama_16.recipe.megatron_recipe}" in bridge
+    assert "--dataset mock" in bridge
+    single = recommend("llama3-8b", 8, "h100").commands["torchrun"]
+    assert "--standalone --nproc-per-node=8" in single
+
+
+def test_user_overrides_are_convergence_changes():
+    rec = recommend("llama3-8b", 8, "h100", seq_length=4096, overrides=["--optimizer.lr", "1e-4"])
+    layers = {c.key: c.layer for c in rec.changes}
+    assert layers["dataset.seq_length"] == "convergence" and layers["optimizer.lr"] == "convergence"
+    assert rec.config["optimizer"]["lr"] == pytest.approx(1e-4) and rec.errors == 0
+
+
+def test_one_gpu_switches_to_peft():
+    rec = recommend("llama3-8b", 1, "h100", goal="pretrain")
+    assert rec.goal == "peft" and rec.config.get("peft") and rec.recipe.mode == "peft"
+    assert any("only PEFT" in note for note in rec.notes)
+
+
+def test_peft_without_a_peft_recipe_says_which_recipe_it_fell_back_to():
+    rec = recommend("deepseek-v3", 256, "h100", goal="peft")
+    note = " ".join(rec.notes)
+    assert "no PEFT recipe for deepseek-v3" in note and rec.recipe.name in note
+    assert rec.config["peft"]["method"] == "lora"
+    assert any(c.key.startswith("peft.") and c.layer == "convergence" for c in rec.changes)
+
+
+def test_closest_size_when_the_model_has_no_recipe():
+    rec = recommend("tiny-qwen3", 1, "h100", goal="pretrain")
+    assert any("closest size" in note for note in rec.notes) and rec.recipe.model != "tiny-qwen3"
+    assert rec.config["model"]["pretrained_model_name_or_path"] == "tiny-qwen3" and rec.errors == 0
+
+
+def test_long_context_plans_context_parallel():
+    rec = recommend("llama3-8b", 8, "h100", seq_length=65536)
+    assert rec.best.layout.cp > 1 and any("long context" in note for note in rec.notes)
+
+
+def test_model_that_cannot_fit_says_how_many_gpus_it_needs(capsys):
+    with pytest.raises(Impossible) as err:
+        recommend("llama3-70b", 1, "h100", goal="pretrain")
+    needed = err.value.gpus_needed
+    assert needed and needed > 1 and f"needs at least {needed} h100 GPUs" in str(err.value)
+    assert main(["recommend", "--model", "llama3-70b", "--gpus", "1", "--gpu-type", "h100"]) == 2
+    assert "needs at least" in capsys.readouterr().err
+
+
+def test_unknown_gpu_type_lists_the_known_ones(capsys):
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h1000"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU type 'h1000'" in err and "h100" in err and "b300" in err
+
+
+def test_bundled_engine_refuses_moe_with_the_reason():
+    with pytest.raises(PlanError) as err:
+        recommend("qwen3-30b-a3b", 8, "h100", engine="bundled")
+    assert "MoE" in str(err.value) and "megatron" in str(err.value)
+
+
+def test_json_output_has_config_layout_and_commands(capsys):
+    assert main(["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"config", "config_yaml", "layout", "changes", "findings", "commands", "notes"} <= set(data)
+    assert yaml.safe_load(data["config_yaml"]) == data["config"]
+    report = validate_text(data["config_yaml"])
+    assert report.errors == 0
