@@ -97,6 +97,21 @@ def summary(results: list[dict]) -> dict:
             "ranks": Counter(r["rank"] if r["rank"] is None or r["rank"] <= 5 else ">5" for r in planned)}
 
 
+def by_model(results: list[dict]) -> str:
+    """Top-1 / top-5 per model, the compact view for benchmarks/README.md."""
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        if r["status"] == "planned":
+            groups.setdefault(r["model"], []).append(r)
+    lines = ["| model | recipes | top-1 | top-5 | typical miss (expert -> planner top-1) |", "|---|---|---|---|---|"]
+    for model, rows in sorted(groups.items()):
+        top1 = sum(r["rank"] == 1 for r in rows)
+        top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in rows)
+        miss = next((f"{r['expert']} -> {r['top']} ({r['hardware']})" for r in rows if r["rank"] != 1), "")
+        lines.append(f"| {model} | {len(rows)} | {top1} | {top5} | {miss} |")
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict], s: dict) -> str:
     lines = [f"Recipes: {s['recipes']} benchmark recipes, {s['planned']} planned, {s['skipped']} skipped "
              f"(no bundled model card), {s['invalid']} excluded (their layout is invalid at their own GPU "
@@ -108,7 +123,8 @@ def markdown(results: list[dict], s: dict) -> str:
     for r in results:
         if r["status"] != "planned":
             continue
-        lines.append(f"| {r['name']} | {r['expert']} | {r['top']} | {r['rank'] if r['rank'] else 'not valid/fitting'} |")
+        rank = r["rank"] if r["rank"] else "not valid/fitting"
+        lines.append(f"| {r['name']} | {r['expert']} | {r['top']} | {rank} |")
     return "\n".join(lines)
 
 
@@ -116,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the per-recipe Markdown table")
     parser.add_argument("--verbose", action="store_true", help="list every miss")
+    parser.add_argument("--by-model", action="store_true", help="print the per-model Markdown summary")
     args = parser.parse_args(argv)
     records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
     bench = [r for r in records if r["kind"] == "perf_benchmark"]
@@ -131,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             if r["status"] == "planned" and r["rank"] != 1:
                 print(f"  {r['name']}: expert {r['expert']} rank {r['rank']}, planner top {r['top']}")
+    if args.by_model:
+        print(by_model(results))
     if args.markdown:
         print(markdown(results, s))
     return 0

@@ -129,6 +129,8 @@ def _distributed(record: dict[str, Any]) -> dict[str, Any]:
     dist["activation_checkpointing"] = RECOMPUTE.get(record.get("recompute_granularity"), "none")
     if record.get("use_distributed_optimizer") is not None:
         dist["use_distributed_optimizer"] = record["use_distributed_optimizer"]
+    if record.get("use_megatron_fsdp"):
+        dist["use_megatron_fsdp"] = True
     if record.get("pipeline_model_parallel_layout_set"):
         dist["pipeline_layout"] = "explicit"
     return dist

@@ -108,7 +108,8 @@ def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False
     section = key.split(".", 1)[0]
     if section == "metadata":
         return "execution", "index metadata: not read by the trainer"
-    if section in ("dataset", "validation_dataset") and (_is_mock(new) or _is_mock(old)) and leaf in ("_target_", "preset"):
+    mock = _is_mock(new) or _is_mock(old)
+    if section in ("dataset", "validation_dataset") and mock and leaf in ("_target_", "preset"):
         return "benchmark-only", "mock data: the run measures throughput, its loss is not convergence evidence"
     if _BENCHMARK_WORDS.search(key):
         return "benchmark-only", _REASONS["benchmark-only"]

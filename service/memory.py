@@ -203,7 +203,8 @@ def _lora_params(card: ModelCard, rank: int) -> int:
     if card.is_moe:
         per_moe = mlp(card.moe_intermediate_size or card.intermediate_size) * card.num_experts
         moe_layers = card.num_hidden_layers - card.first_k_dense
-        return card.num_hidden_layers * attention + card.first_k_dense * mlp(card.intermediate_size) + moe_layers * per_moe
+        dense = card.first_k_dense * mlp(card.intermediate_size)
+        return card.num_hidden_layers * attention + dense + moe_layers * per_moe
     return card.num_hidden_layers * (attention + mlp(card.intermediate_size))
 
 

@@ -5,8 +5,10 @@ micro batch for the world size; prune with the same layout rules ``validate`` ru
 (``service.validate.check_layout``); for each surviving layout pick the fastest way to make
 it fit (recompute none / selective / full, and how data parallelism shards the training
 state); estimate memory and step time; rank the layouts that fit, with headroom, by
-tokens/s per GPU. Layouts that fit nowhere stay in the list (after the fitting ones) with
-the memory that rules them out, so a user can see why.
+tokens/s per GPU (estimates within ESTIMATE_TIE_TOLERANCE, the model's own error, are a tie
+broken by the seed's preferences: no CP below 8K, smaller TP, larger EP). Layouts that fit
+nowhere stay in the list (after the fitting ones) with the memory that rules them out, so a
+user can see why.
 
 ``--engine megatron`` may use every dimension; ``--engine bundled`` only what
 ``trainer/capabilities.py`` declares (the bundled trainer grows, the planner follows).
@@ -429,18 +431,19 @@ def plan(request: PlanRequest) -> Plan:
         if not options:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
-    return Plan(request=request, layouts=rank(rows), structures=count, rejections=rejections)
+    return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT),
+                structures=count, rejections=rejections)
 
 
-def _preference(row: PlannedLayout) -> tuple:
-    """Among layouts the estimates cannot tell apart: no CP (seed: CP is for long context),
-    smaller TP (seed: TP costs collectives on every layer and stays in the node), larger EP
-    (seed: for MoE raise EP first), then the faster estimate."""
+def _preference(row: PlannedLayout, long_context: bool) -> tuple:
+    """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
+    is for > 8K), smaller TP (seed: TP costs collectives on every layer and stays in the node),
+    larger EP (seed: for MoE raise EP first), then the faster estimate."""
     lay = row.structure
-    return (lay.cp, lay.tp, -lay.ep, -(row.tokens_per_s or 0.0))
+    return (0 if long_context else lay.cp, lay.tp, -lay.ep, -(row.tokens_per_s or 0.0))
 
 
-def rank(rows: list[PlannedLayout]) -> list[PlannedLayout]:
+def rank(rows: list[PlannedLayout], long_context: bool = False) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
@@ -454,9 +457,9 @@ def rank(rows: list[PlannedLayout]) -> list[PlannedLayout]:
         end = start
         while end < len(fitting) and fitting[end].tokens_per_s >= floor:
             end += 1
-        ranked.extend(sorted(fitting[start:end], key=_preference))
+        ranked.extend(sorted(fitting[start:end], key=lambda r: _preference(r, long_context)))
         start = end
-    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, _preference(r)))
+    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, _preference(r, long_context)))
     return ranked + rest
 
 

@@ -37,13 +37,13 @@ from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, g
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 
-LONG_CONTEXT = 8192  # seed: "> 8K -> need CP"
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "launch"
 RENDEZVOUS_PORT = 29500
 # Megatron Bridge's default dataset presets by goal (seed, "First Answer Checklist").
 DATASET_PRESET = {"pretrain": "mock", "sft": "squad", "peft": "squad"}
 # LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
-LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0}, "bundled": {"method": "lora", "rank": 8, "alpha": 16.0}}
+LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0},
+        "bundled": {"method": "lora", "rank": 8, "alpha": 16.0}}
 # Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
 BRIDGE_KEYS = {
     "distributed.tp_size": "model.tensor_model_parallel_size",
@@ -122,8 +122,8 @@ def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[i
     """The entry for this allocation: long-context variants only for > 8K, same hardware, closest GPU count."""
     def key(e: RecipeEntry) -> tuple:
         entry_seq = e.seq_length or 0
-        long_wanted = seq is not None and seq > LONG_CONTEXT
-        seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > LONG_CONTEXT)
+        long_wanted = seq is not None and seq > C.LONG_CONTEXT
+        seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
         return (seq_miss, e.hardware != hardware, abs(math.log2((e.num_gpus or 1) / world)), len(e.name), e.name)
     return min(entries, key=key)
 
@@ -275,9 +275,8 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
     config.pop("metadata", None)
     model_name = card.hf_id if engine == "megatron" and card.hf_id else card.id
-    if _get(config, "model.pretrained_model_name_or_path") != model_name and (recipe is None or recipe.model != card.id):
-        _set(config, "model.pretrained_model_name_or_path", model_name)
-    elif _get(config, "model.pretrained_model_name_or_path") is None:
+    named = _get(config, "model.pretrained_model_name_or_path")
+    if named is None or (named != model_name and (recipe is None or recipe.model != card.id)):
         _set(config, "model.pretrained_model_name_or_path", model_name)
     if goal == "peft" and not config.get("peft"):
         config["peft"] = dict(LORA[engine])
@@ -341,7 +340,8 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
     if engine == "bundled":
         program = f"-m trainer {shlex.quote(config_path)}"
     elif bridge is not None:
-        program = " ".join(["scripts/training/run_recipe.py", "--recipe", bridge[0], "--dataset", bridge[1], *bridge[2]])
+        recipe_name, dataset, overrides = bridge
+        program = " ".join(["scripts/training/run_recipe.py", "--recipe", recipe_name, "--dataset", dataset, *overrides])
     else:
         program = None
     commands: dict[str, str] = {}
@@ -381,9 +381,9 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     if engine == "bundled" and prec not in ("bf16", "fp16", "fp32"):
         notes.append(f"the bundled trainer has no {prec} kernels: precision {prec} -> bf16 (a convergence change)")
         prec = "bf16"
-    if seq and seq > LONG_CONTEXT:
+    if seq and seq > C.LONG_CONTEXT:
         notes.append(f"long context ({seq} tokens): context parallelism is considered"
-                     + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with seq"))
+                     + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     request = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, seq_length=seq,
                            global_batch_size=gbs, precision=prec, engine=engine)
     result = plan(request)

@@ -162,7 +162,8 @@ class StepTimeModel:
         if s.is_moe:
             local_tokens = tokens / tp
             per_expert_tokens = local_tokens * s.top_k * ep / s.experts
-            expert_eff = self.matmul_eff * self._size_efficiency(per_expert_tokens) * self._size_efficiency(s.expert_width / etp)
+            expert_eff = (self.matmul_eff * self._size_efficiency(per_expert_tokens)
+                          * self._size_efficiency(s.expert_width / etp))
             imbalance = _moe_imbalance(s.experts, ep)
             expert_s = 6.0 * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
         attention_s = (s.attention_flops_coef * self.seq * tokens * ATTENTION_CAUSAL_FRACTION / tp

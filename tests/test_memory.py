@@ -75,7 +75,8 @@ def test_tensor_and_sequence_parallel_split_activations(llama8b):
     replicated = acts.norm_in + acts.gemm_in  # without SP the norm/GEMM inputs stay whole (10 + 24/t)
     assert acts.per_gpu(4, sp=False) == pytest.approx(replicated + (acts.total - replicated) / 4)
     # PyTorch DTensor TP saves the gathered GEMM input.
-    assert acts.per_gpu(4, sp=True, gathered_gemm_inputs=True) == pytest.approx(acts.gemm_in + (acts.total - acts.gemm_in) / 4)
+    gathered = acts.per_gpu(4, sp=True, gathered_gemm_inputs=True)
+    assert gathered == pytest.approx(acts.gemm_in + (acts.total - acts.gemm_in) / 4)
 
 
 def test_recompute_levels(llama8b):
