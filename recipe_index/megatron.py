@@ -88,6 +88,18 @@ def _hardware_section(gpu_type: Optional[str], num_gpus: Optional[int]) -> Optio
     return {"gpu_type": gpu_type, "gpus_per_node": per_node, "num_nodes": math.ceil(num_gpus / per_node)}
 
 
+_HW_DIR = re.compile(r"/(h100|b200|b300|gb200|gb300|vr200|r100)/")
+
+
+def _minimum_hardware(record: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """A recipe that names no GPU count is sized at its smallest world, PP*lcm(TP*CP, EP*ETP)
+    (the table's ``min_gpus``), on the hardware folder it lives in (Bridge's default is h100)."""
+    if not record.get("min_gpus"):
+        return None
+    m = _HW_DIR.search(record.get("source_path") or "")
+    return _hardware_section(m.group(1) if m else "h100", record["min_gpus"])
+
+
 def _dataset(record: dict[str, Any], mode: str) -> dict[str, Any]:
     config, variant = record.get("dataset_config"), record.get("variant") or ""
     if config in ("GPTSFTDatasetConfig",) or (config is None and mode != "pretrain"):
@@ -203,7 +215,7 @@ def convert_record(record: dict[str, Any], models: ModelResolver = find_bundled_
     if record.get("lr") is not None:
         optimizer["lr"] = record["lr"]
     config["optimizer"] = optimizer
-    hardware = _hardware_section(gpu_type, num_gpus)
+    hardware = _hardware_section(gpu_type, num_gpus) or _minimum_hardware(record)
     if hardware is not None:
         config["hardware"] = hardware
     return config

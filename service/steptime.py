@@ -135,16 +135,6 @@ class StepTimeModel:
         network = members * hw.inter_node_gbps * 1e9 * C.NCCL_BUS_EFFICIENCY_NETWORK
         return min(nvlink, network), C.COLLECTIVE_LATENCY_NETWORK_S
 
-    def _alltoall_s(self, bytes_out: float, span: int) -> float:
-        """All-to-all where every GPU sends ``bytes_out`` spread evenly over a group spanning ``span``."""
-        hw = self.hw
-        nvl = hw.intra_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
-        if span <= self.domain:
-            return bytes_out / nvl + C.COLLECTIVE_LATENCY_NVLINK_S
-        remote = 1.0 - self.domain / span
-        net = hw.inter_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
-        return max(bytes_out * (1 - remote) / nvl, bytes_out * remote / net) + C.COLLECTIVE_LATENCY_NETWORK_S
-
     # ------------------------------------------------------------ one micro batch
 
     def _micro_batch(self, tp: int, cp: int, ep: int, etp: int, sp: bool, mbs: int, recompute: str) -> _MicroBatch:
@@ -193,18 +183,40 @@ class StepTimeModel:
             cp_s = exposed + C.OVERLAP_INTERFERENCE * (ring - exposed)
         ep_s = 0.0
         if s.is_moe and ep > 1:
-            a2a_bytes = 1.5 if self.precision in ("fp8", "nvfp4") else C.ACTIVATION_BYTES  # FP8 dispatch, BF16 combine
-            # A token goes once to each EP rank holding one of its top-k experts (DeepEP/HybridEP
-            # send one copy per rank): expected ranks hit = ep·(1 - (1 - 1/ep)^k), remote ones (ep-1)/ep.
-            ranks_hit = ep * (1.0 - (1.0 - 1.0 / ep) ** s.top_k)
-            per_a2a = tokens / tp * ranks_hit * s.hidden * a2a_bytes * (ep - 1) / ep
-            exposed = (C.EP_A2A_EXPOSED_FRACTION_NVLINK if etp * ep <= self.domain
-                       else C.EP_A2A_EXPOSED_FRACTION_NETWORK)
-            traffic = s.moe_layers * 4 * self._alltoall_s(per_a2a * _moe_imbalance(s.experts, ep), etp * ep) * replay
-            ep_s = traffic * exposed + C.OVERLAP_INTERFERENCE * traffic * (1 - exposed)
+            ep_s = self._ep_dispatch_s(tokens / tp, ep, etp) * replay
         result = _MicroBatch(layer_s=body_s / s.layers, head_s=head_s + logits_s, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s)
         self._mb_cache[key] = result
         return result
+
+    def _ep_dispatch_s(self, local_tokens: float, ep: int, etp: int) -> float:
+        """Exposed seconds of one micro batch's MoE dispatch and combine (forward and backward).
+
+        A token goes once to each EP rank holding one of its top-k experts (DeepEP/HybridEP send
+        one copy per rank): ranks hit = ep·(1 - (1 - 1/ep)^k). When the EP group spans several
+        NVLink domains, the hierarchical dispatchers (DeepEP internode, HybridEP) send a token
+        once per destination *domain* over the network and fan it out over NVLink there, so the
+        network carries only the domains hit = d·(1 - (1 - 1/d)^k) of the other d-1 domains.
+        """
+        s = self.shape
+        a2a_bytes = 1.5 if self.precision in ("fp8", "nvfp4") else C.ACTIVATION_BYTES  # FP8 dispatch, BF16 combine
+        token_bytes = local_tokens * s.hidden * a2a_bytes * _moe_imbalance(s.experts, ep)
+        ranks_hit = ep * (1.0 - (1.0 - 1.0 / ep) ** s.top_k)
+        span = etp * ep
+        lat_nvl, lat_net = C.COLLECTIVE_LATENCY_NVLINK_S, C.COLLECTIVE_LATENCY_NETWORK_S
+        nvl = self.hw.intra_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
+        if span <= self.domain:
+            per_a2a = token_bytes * ranks_hit * (ep - 1) / ep / nvl + lat_nvl
+            exposed = C.EP_A2A_EXPOSED_FRACTION_NVLINK
+        else:
+            domains = span / self.domain
+            domains_hit = domains * (1.0 - (1.0 - 1.0 / domains) ** s.top_k)
+            net = self.hw.inter_node_gbps * 1e9 * C.ALLTOALL_EFFICIENCY
+            remote = token_bytes * domains_hit * (domains - 1) / domains / net
+            local = token_bytes * ranks_hit / nvl  # NVLink fan-out inside the domain, alongside the network
+            per_a2a = max(remote, local) + lat_net
+            exposed = C.EP_A2A_EXPOSED_FRACTION_NETWORK
+        traffic = s.moe_layers * 4 * per_a2a
+        return traffic * exposed + C.OVERLAP_INTERFERENCE * traffic * (1 - exposed)
 
     # ------------------------------------------------------------ one step
 

@@ -1,4 +1,4 @@
-"""The curl examples of docs/service.md run as written against a real server and all succeed."""
+"""The curl examples of the README run as written against a real server and all succeed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import uvicorn
 
 from service.app import create_app
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+DOC = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def curl_blocks() -> list[str]:

@@ -124,7 +124,9 @@ def test_conversion_of_edge_records(records):
     hidden_gpus = convert_record(_record(records, "qwen35_vl_35b_a3b_sft_long_context_32gpu_h100_bf16_config"))
     assert hidden_gpus["hardware"] == {"gpu_type": "h100", "gpus_per_node": 8, "num_nodes": 4}
     unbundled = convert_record(_record(records, "wan_14b_pretrain_config"))
-    assert unbundled["metadata"]["model"] == "wan_14b" and "hardware" not in unbundled
+    assert unbundled["metadata"]["model"] == "wan_14b" and "num_gpus" not in unbundled["metadata"]
+    # no GPU count anywhere: sized at its smallest world (min_gpus 8) on Bridge's default h100
+    assert unbundled["hardware"] == {"gpu_type": "h100", "gpus_per_node": 8, "num_nodes": 1}
 
 
 def test_convert_record_accepts_a_resolving_resolver(records):

@@ -1,0 +1,156 @@
+"""The planner's memory model (service/memory.py) next to what the bundled trainer measures.
+
+For each config the real recipe (`TrainFinetuneRecipe`, bf16 mixed precision through FSDP2's
+policy, as on a GPU) is set up and one optimizer step is measured on every rank by
+trainer/memory_probe.py: weights, gradients and optimizer states exactly (bytes of this rank's
+tensors), activations as the bytes allocated during the forward (model + loss) still alive when it
+ends, unsharded FSDP parameters apart. The estimate is `service.memory.estimate_memory` for the
+same model card (read from the same config.json), layout, world size and sequence length with
+`engine="bundled"`. Runs on CPU (gloo); 2-process configs run under torch.distributed.run.
+
+Run: .venv/bin/python benchmarks/estimate_vs_measured.py [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SHAPE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+             num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
+SEQ, MICRO_BATCH = 512, 2
+# name -> (processes, distributed overrides, peft or None)
+CONFIGS = {
+    "FSDP2 x1, recompute none": (1, {"activation_checkpointing": "none"}, None),
+    "FSDP2 x1, recompute selective": (1, {"activation_checkpointing": "selective"}, None),
+    "FSDP2 x1, recompute full": (1, {"activation_checkpointing": "full"}, None),
+    "FSDP2 x1, LoRA r8": (1, {"activation_checkpointing": "none"}, {"rank": 8, "alpha": 16.0}),
+    "FSDP2 x2, recompute none": (2, {"activation_checkpointing": "none"}, None),
+    "FSDP2 x2, recompute full": (2, {"activation_checkpointing": "full"}, None),
+    "DDP x2, recompute none": (2, {"strategy": "ddp", "activation_checkpointing": "none"}, None),
+}
+TERMS = ("weights", "grads", "optimizer", "activations")
+
+
+def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft) -> dict:
+    raw = {
+        "model": {"pretrained_model_name_or_path": str(model_dir)},
+        "step_scheduler": {"global_batch_size": MICRO_BATCH * nproc, "local_batch_size": MICRO_BATCH, "max_steps": 1},
+        "distributed": {"strategy": "fsdp2", **distributed},
+        "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": SEQ, "num_samples": 64},
+        "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
+        "checkpoint": {"enabled": False, "checkpoint_dir": str(out_dir)},
+        "precision": "bf16",
+        "hardware": {"gpu_type": "cpu", "gpus_per_node": nproc},
+    }
+    if peft:
+        raw["peft"] = {"method": "lora", **peft}
+    return raw
+
+
+def estimate(model_dir: Path, nproc: int, distributed: dict, peft) -> dict[str, float]:
+    from recipe_index.models import card_from_config
+    from service.facts import Layout
+    from service.memory import estimate_memory, model_shape
+
+    card = card_from_config(json.loads((model_dir / "config.json").read_text()), "bench-llama", str(model_dir))
+    layout = Layout(micro_batch_size=MICRO_BATCH, recompute=distributed.get("activation_checkpointing", "none"))
+    sharding = "none" if distributed.get("strategy") == "ddp" else "full"
+    est = estimate_memory(model_shape(card), layout, world_size=nproc, seq_length=SEQ, sharding=sharding,
+                          engine="bundled", peft=peft is not None, cpu=True, precision="bf16",
+                          )
+    return {term: getattr(est, term) * 2**30 for term in TERMS}
+
+
+def worker(config_path: Path) -> None:
+    """One rank: set the recipe up, measure one step, print this rank's figures."""
+    import torch
+
+    torch.set_num_threads(1)
+    from trainer.config import parse_config
+    from trainer.dist import init_distributed
+    from trainer.memory_probe import measure_recipe_step
+    from trainer.recipes.train_ft import TrainFinetuneRecipe
+
+    raw = json.loads(config_path.read_text())
+    info = init_distributed("gloo")
+    recipe = TrainFinetuneRecipe(parse_config(raw), raw, info)
+    recipe.setup()
+    measured = measure_recipe_step(recipe)
+    print(f"RESULT {info.rank} " + json.dumps(measured.__dict__), flush=True)
+
+
+def measure(raw: dict, nproc: int, folder: Path) -> dict[str, int]:
+    path = folder / "config.json"
+    path.write_text(json.dumps(raw))
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run",
+                                                    f"--nproc-per-node={nproc}", "--standalone"]
+    out = subprocess.run(launcher + [__file__, "--worker", str(path)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    results = [line.split(" ", 2) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or len(results) != nproc:
+        raise SystemExit(f"measurement failed:\n{out.stderr[-3000:]}")
+    per_rank = [json.loads(r[2]) for r in results]
+    return {k: max(r[k] for r in per_rank) for k in per_rank[0]}  # the fullest rank, as the estimate
+
+
+def write_model_dir(folder: Path) -> Path:
+    from trainer.models.config import DecoderConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(DecoderConfig(**SHAPE).to_hf(), indent=1))
+    return folder
+
+
+def compare(names: list[str]) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = write_model_dir(Path(tmp) / "model")
+        for name in names:
+            nproc, distributed, peft = CONFIGS[name]
+            folder = Path(tmp) / f"run{len(rows)}"
+            folder.mkdir()
+            measured = measure(recipe_config(model_dir, folder / "out", nproc, distributed, peft), nproc, folder)
+            rows.append({"config": name, "measured": measured, "estimate": estimate(model_dir, nproc, distributed, peft)})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--config", action="append", choices=list(CONFIGS), help="only these (repeatable)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    rows = compare(args.config or list(CONFIGS))
+    shape = ", ".join(f"{k}={v}" for k, v in SHAPE.items() if k != "max_position_embeddings")
+    print(f"{shape}; seq {SEQ}, micro-batch {MICRO_BATCH}, bf16 (FSDP2 mixed precision / DDP autocast), AdamW, CPU gloo")
+    print("| config | term | estimate (MiB) | measured (MiB) | estimate / measured |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        for term in TERMS:
+            est, got = row["estimate"][term], row["measured"][term]
+            ratio = f"{est / got:.3f}" if got else "n/a"
+            print(f"| {row['config']} | {term} | {est / 2**20:.2f} | {got / 2**20:.2f} | {ratio} |")
+        print(f"| {row['config']} | (FSDP unsharded params at end of forward) | | "
+              f"{row['measured']['fsdp_unsharded'] / 2**20:.2f} | |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
