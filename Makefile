@@ -8,7 +8,7 @@ PORT   ?= 8000
 # the package itself keeps torch>=2.6 open for users.
 SERVE_STAMP := $(VENV)/.serve-installed
 DEV_STAMP   := $(VENV)/.dev-installed
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 2
 
 .PHONY: serve test browser-deps bench clean
 

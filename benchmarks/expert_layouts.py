@@ -112,6 +112,21 @@ def by_model(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def by_hardware(results: list[dict]) -> str:
+    """Top-1 / top-5 per hardware type: the overfitting check (ideas fitted on one half of the
+    hardware types must hold on the other half)."""
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        if r["status"] == "planned":
+            groups.setdefault(r["hardware"], []).append(r)
+    lines = ["| hardware | recipes | top-1 | top-5 |", "|---|---|---|---|"]
+    for hardware, rows in sorted(groups.items()):
+        top1 = sum(r["rank"] == 1 for r in rows)
+        top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in rows)
+        lines.append(f"| {hardware} | {len(rows)} | {top1} | {top5} |")
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict], s: dict) -> str:
     lines = [f"Recipes: {s['recipes']} benchmark recipes, {s['planned']} planned, {s['skipped']} skipped "
              f"(no bundled model card), {s['invalid']} excluded (their layout is invalid at their own GPU "
@@ -133,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the per-recipe Markdown table")
     parser.add_argument("--verbose", action="store_true", help="list every miss")
     parser.add_argument("--by-model", action="store_true", help="print the per-model Markdown summary")
+    parser.add_argument("--by-hardware", action="store_true", help="print the per-hardware Markdown summary")
     args = parser.parse_args(argv)
     records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
     bench = [r for r in records if r["kind"] == "perf_benchmark"]
@@ -150,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['name']}: expert {r['expert']} rank {r['rank']}, planner top {r['top']}")
     if args.by_model:
         print(by_model(results))
+    if args.by_hardware:
+        print(by_hardware(results))
     if args.markdown:
         print(markdown(results, s))
     return 0

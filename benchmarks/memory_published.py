@@ -54,8 +54,9 @@ ROWS = [
 def estimate(row: Published) -> float:
     shape = model_shape(find_bundled_model(row.model))
     layout = Layout(tp=row.tp, cp=row.cp, sp=row.tp > 1, micro_batch_size=row.local_batch, recompute=row.recompute)
+    # torchtitan's loss is the plain one over full logits, not the bundled trainer's fused default.
     return estimate_memory(shape, layout, world_size=row.gpus, seq_length=row.seq, sharding="full",
-                           engine="bundled").total
+                           engine="bundled", fused_loss=False).total
 
 
 def main() -> int:

@@ -45,6 +45,7 @@ FSDP_UNSHARDED_BLOCKS = 2
 LORA_BASE_WEIGHT_BYTES = 2
 LORA_ADAPTER_STATE_BYTES = 2 + 4 + ADAM_STATE_BYTES
 LORA_DEFAULT_RANK = 32  # Megatron Bridge LoRA default dim (mbridge_rules.md section 1)
+LORA_DEFAULT_RANK_BUNDLED = 8  # the bundled trainer's LoRA rank that recommend emits (service/recommend.py LORA)
 
 # ---------------------------------------------------------------- activations and logits
 
@@ -92,6 +93,12 @@ MEMORY_HEADROOM_FRACTION = 0.05
 # The memory-fit validate rule (service/rules/memory_fit.py) warns above this fraction of the
 # GPU, so tight configs are visible in CI, and errors above 100 %.
 MEMORY_WARNING_FRACTION = 0.90
+# Among layouts whose estimates tie, the planner prefers those at or below this fraction of the
+# GPU: near capacity the caching allocator starts flushing and retrying (PyTorch "CUDA memory
+# management": num_alloc_retries), fragmentation grows over a long run, and tuned recipes keep
+# that margin (calibrated between 0.85 and 0.95 on the expert-layout benchmark; just under the
+# warning threshold above).
+MEMORY_COMFORT_FRACTION = 0.88
 
 # ---------------------------------------------------------------- compute
 

@@ -94,6 +94,7 @@ class ModelShape:
     active_expert_params: int  # routed-expert parameters one token passes through (top-k per MoE layer)
     largest_block_params: int  # the biggest layer, for FSDP's unsharded working set
     lora_params: int  # LoRA adapters of rank LORA_DEFAULT_RANK on every linear layer
+    lora_params_split: int  # the same on separate q/k/v/o/gate/up/down linears (Hugging Face PEFT)
     experts: int
     top_k: int
     moe_layers: int
@@ -190,15 +191,18 @@ def _mamba_activations(card: ModelCard) -> tuple[ActivationBytes, ActivationByte
             ActivationBytes(norm_in=b * h, tp=tp_part, tp_gemm=out_proj_in))
 
 
-def _lora_params(card: ModelCard, rank: int) -> int:
+def _lora_params(card: ModelCard, rank: int, fused_projections: bool = True) -> int:
     """Adapters A (in x r) and B (r x out) on QKV, output projection, FC1 and FC2 of every layer
-    (Megatron Bridge LoRA targets linear_qkv, linear_proj, linear_fc1, linear_fc2), experts included."""
+    (Megatron Bridge LoRA targets linear_qkv, linear_proj, linear_fc1, linear_fc2), experts included.
+    ``fused_projections=False``: Hugging Face PEFT on separate q/k/v and gate/up linears (the bundled
+    trainer), each with its own A matrix."""
     h, H, d, K = card.hidden_size, card.num_attention_heads, card.head_dim, card.num_key_value_heads
-    attention = rank * ((h + H * d + 2 * K * d) + (H * d + h))
     gate = 2 if card.gated_mlp else 1
+    qkv_in, fc1_in = (h, h) if fused_projections else (3 * h, gate * h)
+    attention = rank * ((qkv_in + H * d + 2 * K * d) + (H * d + h))
 
     def mlp(width: int) -> int:
-        return rank * ((h + gate * width) + (width + h))
+        return rank * ((fc1_in + gate * width) + (width + h))
 
     if card.is_moe:
         per_moe = mlp(card.moe_intermediate_size or card.intermediate_size) * card.num_experts
@@ -270,6 +274,7 @@ def _build_shape(card: ModelCard) -> ModelShape:
         active_expert_params=pc.per_expert * card.num_experts_per_tok * pc.num_moe_layers if card.is_moe else 0,
         largest_block_params=largest_block,
         lora_params=_lora_params(card, C.LORA_DEFAULT_RANK),
+        lora_params_split=_lora_params(card, C.LORA_DEFAULT_RANK, fused_projections=False),
         experts=card.num_experts,
         top_k=card.num_experts_per_tok,
         moe_layers=pc.num_moe_layers,
@@ -339,6 +344,15 @@ STATE_BYTES = {
 }
 
 
+def fsdp2_working_set_bytes(shape: ModelShape, tp: int = 1) -> float:
+    """Unsharded bf16 parameters FSDP2 holds at its peak, on any number of ranks (its mixed-precision
+    all-gather always makes a bf16 copy): the root (embedding, final norm, LM head), unsharded from
+    the first forward to the end of backward, and FSDP_UNSHARDED_BLOCKS decoder blocks (the one
+    computing, the one prefetched). Measured in benchmarks/estimate_vs_measured.py."""
+    root = shape.embedding_params + shape.head_params
+    return (root + shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS) / tp * C.DTYPE_BYTES["bf16"]
+
+
 def in_flight_microbatches(pp: int, vp: int | None, num_microbatches: int) -> float:
     """Micro batches whose activations the first stage holds at the 1F1B peak (Megatron-LM
     compute_activation_memory): PP, or fewer when there are fewer micro batches; the
@@ -363,11 +377,18 @@ class MemoryModel:
     """
 
     def __init__(self, shape: ModelShape, *, world_size: int, seq_length: int, engine: str = "megatron",
-                 peft: bool = False, cpu: bool = False, precision: str = "bf16"):
+                 peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
+                 lora_rank: int | None = None):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         self.shape, self.world_size, self.seq = shape, world_size, seq_length
         self.engine, self.peft = engine, peft
+        # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
+        # whenever the LM head is not tensor-parallel; fused_loss=False models the plain loss (torchtitan).
+        self.fused_loss = fused_loss
+        default_rank = C.LORA_DEFAULT_RANK if engine == "megatron" else C.LORA_DEFAULT_RANK_BUNDLED
+        lora_base = shape.lora_params if engine == "megatron" else shape.lora_params_split
+        self.lora_params = lora_base * (lora_rank or default_rank) / C.LORA_DEFAULT_RANK
         # Transformer Engine saves FP8/NVFP4 GEMM inputs quantised; the bundled trainer keeps bf16.
         gemm_bytes = C.SAVED_GEMM_INPUT_BYTES.get(precision, C.ACTIVATION_BYTES) if engine == "megatron" else 2
         self.gemm_scale = gemm_bytes / C.ACTIVATION_BYTES
@@ -396,14 +417,23 @@ class MemoryModel:
         block = 0.0
         if state.unsharded_working_set and (dense_shards > 1 or expert_dp > 1):
             block = s.largest_block_params / tp * C.FSDP_UNSHARDED_BLOCKS * C.DTYPE_BYTES["bf16"]
+        # Unsharded parameters: FSDP2 (bundled) also on one rank and with its root; gradients: the blocks.
+        weight_block = fsdp2_working_set_bytes(s, tp) if state.unsharded_working_set and self.engine == "bundled" \
+            else block
 
         def one_end(dense: float) -> tuple[float, float, float]:
+            adapters = self.lora_params * fraction / tp
+            if self.peft and self.engine == "bundled":
+                # Frozen base kept in the model's storage dtype (model.dtype, fp32 by default), fp32
+                # adapters as the sharded masters, fp32 grads and two Adam moments (trainer/peft.py).
+                weights = (dense / w_d + expert / w_e + adapters / w_d) * C.FSDP2_PARAM_BYTES
+                return (weights + weight_block, adapters / g_d * C.FSDP2_GRAD_BYTES,
+                        adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
             if self.peft:  # frozen bf16 base; only the adapters carry training state
-                adapters = s.lora_params * fraction / tp
                 weights = (dense / w_d + expert / w_e) * C.LORA_BASE_WEIGHT_BYTES + adapters / w_d * 2
                 return (weights + block, adapters / g_d * C.MEGATRON_MAIN_GRAD_BYTES,
                         adapters / o_d * C.ADAM_STATE_BYTES)
-            return ((dense / w_d + expert / w_e) * state.weight + block,
+            return ((dense / w_d + expert / w_e) * state.weight + weight_block,
                     (dense / g_d + expert / g_e) * state.grad + block,
                     (dense / o_d + expert / o_e) * state.optimizer)
 
@@ -432,6 +462,22 @@ class MemoryModel:
             hit = self._acts[key] = (kept, working)
         return hit
 
+    def loss_bytes(self, tp: int) -> tuple[float, float]:
+        """(bytes per token, fixed bytes) the LM head and loss keep for backward on the last stage.
+
+        Always the final norm's input (bf16). Megatron's fused cross-entropy keeps the logits (4 bytes
+        per element, Megatron-LM theoretical_memory_usage.py). The plain PyTorch loss keeps bf16
+        logits, their fp32 copy and the fp32 log-softmax. The bundled trainer's fused linear +
+        cross-entropy (trainer/fused/linear_cross_entropy.py) keeps no logits, only the gradient of
+        the hidden states (bf16) and, when the head trains, an fp32 accumulator of its gradient.
+        """
+        s = self.shape
+        norm_in = C.ACTIVATION_BYTES * s.hidden
+        if self.engine == "bundled" and self.fused_loss and tp == 1:
+            head_grad = 0.0 if self.peft else s.vocab * s.hidden * C.DTYPE_BYTES["fp32"]
+            return norm_in + C.ACTIVATION_BYTES * s.hidden, head_grad
+        return (s.vocab / tp) * self.logits_bytes + norm_in, 0.0
+
     def parts(self, layout: Layout, sharding: str, num_microbatches: int) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, activations) bytes on the pipeline stage that needs the most."""
         lay = layout
@@ -441,8 +487,8 @@ class MemoryModel:
         tokens = lay.micro_batch_size * self.seq / lay.cp
         layer_bytes = kept * fraction * tokens
         working *= tokens
-        s = self.shape
-        logits = tokens * (s.vocab / tp) * self.logits_bytes + tokens * C.ACTIVATION_BYTES * s.hidden
+        per_token_logits, loss_fixed = self.loss_bytes(tp)
+        logits = tokens * per_token_logits + loss_fixed
         last_acts = layer_bytes + working + logits
         if pp == 1:
             return first[0], first[1], first[2], last_acts
@@ -460,8 +506,7 @@ class MemoryModel:
         lay = structure
         tp, pp = lay.tp, lay.pp
         sp = lay.sp and tp > 1
-        s = self.shape
-        per_token_logits = (s.vocab / tp) * self.logits_bytes + C.ACTIVATION_BYTES * s.hidden
+        per_token_logits, loss_fixed = self.loss_bytes(tp)
         scale, runtime = (1 + C.FRAGMENTATION_FRACTION) / C.GIB, self.runtime_bytes / C.GIB
         per_token = [self._activation_per_token(tp, sp, recompute) for recompute in recomputes]
         states = []
@@ -471,7 +516,7 @@ class MemoryModel:
         out = []
         for micro_batch_size, num_microbatches in sizes:
             tokens = micro_batch_size * self.seq / lay.cp
-            logits = tokens * per_token_logits
+            logits = tokens * per_token_logits + loss_fixed
             inflight = in_flight_microbatches(pp, lay.vp, num_microbatches) if pp > 1 else 1.0
             totals = []
             for first_state, last_state, fraction in states:
@@ -504,10 +549,11 @@ class MemoryModel:
 
 def estimate_memory(shape: ModelShape, layout: Layout, *, world_size: int, seq_length: int,
                     num_microbatches: int = 1, sharding: str = "optimizer", engine: str = "megatron",
-                    peft: bool = False, cpu: bool = False, precision: str = "bf16") -> MemoryEstimate:
+                    peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
+                    lora_rank: int | None = None) -> MemoryEstimate:
     """One-off estimate (the planner keeps a :class:`MemoryModel` to share work across layouts)."""
     model = MemoryModel(shape, world_size=world_size, seq_length=seq_length, engine=engine, peft=peft, cpu=cpu,
-                        precision=precision)
+                        precision=precision, fused_loss=fused_loss, lora_rank=lora_rank)
     return model.estimate(layout, sharding, num_microbatches)
 
 

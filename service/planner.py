@@ -6,7 +6,7 @@ micro batch for the world size; prune with the same layout rules ``validate`` ru
 it fit (recompute none / selective / full, and how data parallelism shards the training
 state); estimate memory and step time; rank the layouts that fit, with headroom, by
 tokens/s per GPU (estimates within ESTIMATE_TIE_TOLERANCE, the model's own error, are a tie
-broken by the seed's preferences: no CP below 8K, smaller TP, larger EP). Layouts that fit
+broken by the seed's preferences: no CP below 8K, smaller TP, memory headroom, larger EP). Layouts that fit
 nowhere stay in the list (after the fitting ones) with the memory that rules them out, so a
 user can see why.
 
@@ -431,23 +431,31 @@ def plan(request: PlanRequest) -> Plan:
         if not options:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
-    return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT),
+    comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
+    return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
+                                              comfortable_gib=comfortable),
                 structures=count, rejections=rejections)
 
 
-def _preference(row: PlannedLayout, long_context: bool) -> tuple:
+def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float) -> tuple:
     """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
     is for > 8K), smaller TP (seed: TP costs collectives on every layer and stays in the node),
-    larger EP (seed: for MoE raise EP first), then the faster estimate."""
+    then memory headroom (a layout above MEMORY_COMFORT_FRACTION of the GPU risks allocator
+    retries and fragmentation growth over a long run, and leaves no room for a longer batch;
+    expert recipes stay below it), larger EP (seed: for MoE raise EP first), then the faster
+    estimate."""
     lay = row.structure
-    return (0 if long_context else lay.cp, lay.tp, -lay.ep, -(row.tokens_per_s or 0.0))
+    return (0 if long_context else lay.cp, lay.tp, row.memory_total_gib > comfortable_gib, -lay.ep,
+            -(row.tokens_per_s or 0.0))
 
 
-def rank(rows: list[PlannedLayout], long_context: bool = False) -> list[PlannedLayout]:
+def rank(rows: list[PlannedLayout], long_context: bool = False,
+         comfortable_gib: float = float("inf")) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
-    error is larger than that), broken by :func:`_preference`.
+    error is larger than that), broken by :func:`_preference`; ``comfortable_gib`` is the
+    memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU).
     """
     fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
     ranked: list[PlannedLayout] = []
@@ -457,9 +465,10 @@ def rank(rows: list[PlannedLayout], long_context: bool = False) -> list[PlannedL
         end = start
         while end < len(fitting) and fitting[end].tokens_per_s >= floor:
             end += 1
-        ranked.extend(sorted(fitting[start:end], key=lambda r: _preference(r, long_context)))
+        ranked.extend(sorted(fitting[start:end], key=lambda r: _preference(r, long_context, comfortable_gib)))
         start = end
-    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, _preference(r, long_context)))
+    rest = sorted((r for r in rows if not r.fits),
+                  key=lambda r: (r.memory_total_gib, _preference(r, long_context, comfortable_gib)))
     return ranked + rest
 
 

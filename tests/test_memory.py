@@ -57,7 +57,9 @@ def test_fsdp_shards_everything_over_dp_and_bundled_keeps_fp32_masters(llama8b):
     block = llama8b.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * 2  # unsharded bf16 working set
     assert megatron_fsdp.weights == pytest.approx((LLAMA3_8B_PARAMS * 2 / 8 + block) / GIB, rel=1e-9)
     fsdp2 = mem(llama8b, Layout(), world=8, sharding="full", engine="bundled")
-    assert fsdp2.weights == pytest.approx((LLAMA3_8B_PARAMS * 4 / 8 + block) / GIB, rel=1e-9)
+    # FSDP2 also keeps its root (embedding, final norm, LM head) unsharded in bf16 through the step.
+    root = llama8b.embedding_params + llama8b.head_params
+    assert fsdp2.weights == pytest.approx((LLAMA3_8B_PARAMS * 4 / 8 + block + root * 2) / GIB, rel=1e-9)
     assert fsdp2.optimizer == pytest.approx(LLAMA3_8B_PARAMS * 8 / 8 / GIB, rel=1e-9)
 
 
@@ -161,5 +163,7 @@ def test_torchtitan_llama3_8b_fsdp_within_15_percent():
     """torchtitan docs/performance.md Table 1: Llama 3.1 8B, FSDP on 8 H100, local batch 2, seq 8192,
     selective AC, eager: 82.4 GiB peak (benchmarks/memory_published.py has the whole table)."""
     shape = model_shape(find_bundled_model("llama31-8b"))
-    est = mem(shape, Layout(micro_batch_size=2, recompute="selective"), world=8, sharding="full", engine="bundled")
+    # torchtitan computes the plain loss over full logits (the bundled trainer's default is fused)
+    est = mem(shape, Layout(micro_batch_size=2, recompute="selective"), world=8, sharding="full", engine="bundled",
+              fused_loss=False)
     assert est.total == pytest.approx(82.4, rel=0.15)

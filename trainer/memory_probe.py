@@ -10,15 +10,16 @@ side by side (benchmarks/estimate_vs_measured.py, tests/test_estimates_*.py):
   alive when it ends, which is what backward will read: a TorchDispatchMode follows each output
   storage until it is freed (CPU torch keeps no allocator statistics, and saved-tensor hooks do not
   see what non-reentrant activation checkpointing holds). Storages of parameters (FSDP2's
-  unsharded copies) are left out: they are the FSDP working set, counted separately;
-- FSDP working set: bytes of unsharded parameters alive at the end of forward.
+  unsharded copies) are left out: they are the FSDP working set, counted separately. Also the
+  peak over forward and backward (gradients and parameters left out);
+- FSDP working set: the most bytes of unsharded parameters alive at once.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ class MeasuredMemory:
     grads: int = 0
     optimizer: int = 0
     activations: int = 0
+    activations_peak: int = 0
     fsdp_unsharded: int = 0
 
     def gib(self) -> dict[str, float]:
@@ -68,14 +70,19 @@ def optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 class LiveBytes(TorchDispatchMode):
-    """Bytes of storages created by ops inside the mode and not yet freed."""
+    """Storages created by ops inside the mode and not yet freed; `on_op` runs after every op.
 
-    def __init__(self) -> None:
+    Sizes are read when asked (`bytes_of`), so a storage FSDP2 resizes to zero after use (its
+    unsharded parameters) counts only while it holds data.
+    """
+
+    def __init__(self, on_op: Optional[Callable[["LiveBytes"], None]] = None) -> None:
         super().__init__()
-        self.live: dict[int, int] = {}
+        self.storages: dict[int, weakref.ref] = {}
+        self.on_op = on_op
 
     def _free(self, key: int) -> None:
-        self.live.pop(key, None)
+        self.storages.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -83,41 +90,63 @@ class LiveBytes(TorchDispatchMode):
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
-            if nbytes == 0 or key in self.live:
+            key = storage.data_ptr()
+            if storage.nbytes() == 0 or key in self.storages:
                 continue
-            self.live[key] = nbytes
+            self.storages[key] = weakref.ref(storage)
             weakref.finalize(storage, self._free, key)
+        if self.on_op is not None:
+            self.on_op(self)
         return out
 
+    def bytes_of(self, exclude: set[int] = frozenset()) -> int:
+        total = 0
+        for key, ref in list(self.storages.items()):
+            storage = ref()
+            if storage is not None and key not in exclude and storage.data_ptr() not in exclude:
+                total += storage.nbytes()
+        return total
 
-def forward_activation_bytes(model: nn.Module, forward: Callable[[], torch.Tensor]) -> tuple[int, int, torch.Tensor]:
-    """(activation bytes, unsharded-parameter bytes) alive when `forward()` returns, and its output."""
-    with LiveBytes() as tracker:
-        out = forward()
-    param_storages = {_local(p).untyped_storage().data_ptr() for p in model.parameters()}
-    params = sum(n for ptr, n in tracker.live.items() if ptr in param_storages)
-    acts = sum(n for ptr, n in tracker.live.items() if ptr not in param_storages)
-    return acts, params, out
+
+def _storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
+    out = {}
+    for t in tensors:
+        storage = _local(t).untyped_storage()
+        if storage.nbytes():
+            out[storage.data_ptr()] = storage.nbytes()
+    return out
 
 
 def measure_recipe_step(recipe) -> MeasuredMemory:
-    """Measure one optimizer step of a set-up TrainFinetuneRecipe (one micro-batch per step)."""
-    sched = recipe.step_scheduler
-    micro_batches = next(iter(sched))
+    """Measure one optimizer step of a set-up TrainFinetuneRecipe (one micro-batch per step).
+
+    activations: alive when the forward (model + loss) ends; activations_peak: the most alive at
+    any op of forward and backward, gradients and unsharded parameters left out (with full
+    recompute it adds the re-run layer); fsdp_unsharded: the most unsharded-parameter bytes
+    alive at once (FSDP2's all-gathered copies).
+    """
+    micro_batches = next(iter(recipe.step_scheduler))
     if len(micro_batches) != 1:
         raise ValueError("measure with one micro-batch per step: set local_batch_size = global / dp")
-    measured = MeasuredMemory(weights=weight_bytes(recipe.model))
-    batch = micro_batches[0]
-    recipe.model.train()
-    loss_sum, _ = None, None
+    model = recipe.model
+    measured = MeasuredMemory(weights=weight_bytes(model))
+    peaks = {"acts": 0, "params": 0}
 
-    def forward():
-        return recipe._forward_loss(batch)[0]
+    def on_op(tracker: LiveBytes) -> None:
+        params = _storages(model.parameters())
+        grads = _storages(p.grad for p in model.parameters() if p.grad is not None)
+        live_params = sum(n for ptr, n in params.items() if ptr in tracker.storages)
+        peaks["params"] = max(peaks["params"], live_params)
+        peaks["acts"] = max(peaks["acts"], tracker.bytes_of(set(params) | set(grads)))
 
-    measured.activations, measured.fsdp_unsharded, loss_sum = forward_activation_bytes(recipe.model, forward)
-    loss_sum.backward()
-    measured.grads = grad_bytes(recipe.model)
+    model.train()
+    with LiveBytes(on_op) as tracker:
+        loss_sum = recipe._forward_loss(micro_batches[0])[0]
+        measured.activations = tracker.bytes_of(set(_storages(model.parameters())))
+        loss_sum.backward()
+    measured.activations_peak = peaks["acts"]
+    measured.fsdp_unsharded = peaks["params"]
+    measured.grads = grad_bytes(model)
     recipe.optimizer.step()
     recipe.optimizer.zero_grad(set_to_none=True)
     measured.optimizer = optimizer_bytes(recipe.optimizer)
