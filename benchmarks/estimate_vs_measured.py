@@ -42,12 +42,12 @@ TERM_NAMES = {"weights": "weights (sharded)", "grads": "gradients (sharded)", "o
               "activations": "activations kept for backward", "fsdp_unsharded": "FSDP2 unsharded parameters (peak)"}
 
 
-def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft) -> dict:
+def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft, seq: int = SEQ) -> dict:
     raw = {
         "model": {"pretrained_model_name_or_path": str(model_dir)},
         "step_scheduler": {"global_batch_size": MICRO_BATCH * nproc, "local_batch_size": MICRO_BATCH, "max_steps": 1},
         "distributed": {"strategy": "fsdp2", **distributed},
-        "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": SEQ, "num_samples": 64},
+        "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": seq, "num_samples": 64},
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "checkpoint": {"enabled": False, "checkpoint_dir": str(out_dir)},
         "precision": "bf16",
@@ -58,7 +58,7 @@ def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict,
     return raw
 
 
-def estimate(model_dir: Path, nproc: int, distributed: dict, peft) -> dict[str, float]:
+def estimate(model_dir: Path, nproc: int, distributed: dict, peft, seq: int = SEQ) -> dict[str, float]:
     """The model's terms, split as the probe measures them: sharded training state, the FSDP2
     unsharded working set, activations kept for backward (full recompute's re-run layer apart)."""
     from recipe_index.models import card_from_config
@@ -71,7 +71,7 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft) -> dict[str, 
     recompute = distributed.get("activation_checkpointing", "none")
     layout = Layout(micro_batch_size=MICRO_BATCH, recompute=recompute)
     sharding = "none" if distributed.get("strategy") == "ddp" else "full"
-    model = MemoryModel(shape, world_size=nproc, seq_length=SEQ, engine="bundled", peft=peft is not None, cpu=True,
+    model = MemoryModel(shape, world_size=nproc, seq_length=seq, engine="bundled", peft=peft is not None, cpu=True,
                         precision="bf16", lora_rank=peft["rank"] if peft else None)
     weights, grads, optimizer, activations = model.parts(layout, sharding, 1)
     unsharded = fsdp2_working_set_bytes(shape) if sharding == "full" else 0.0
@@ -80,8 +80,8 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft) -> dict[str, 
                    if sharding == "full" and nproc > 1 and peft is None else 0.0)
     _, working = model._activation_per_token(1, False, recompute)
     return {"weights": weights - unsharded, "grads": grads - grad_blocks, "optimizer": optimizer,
-            "activations": activations - working * MICRO_BATCH * SEQ, "fsdp_unsharded": unsharded,
-            "recompute_working": working * MICRO_BATCH * SEQ}
+            "activations": activations - working * MICRO_BATCH * seq, "fsdp_unsharded": unsharded,
+            "recompute_working": working * MICRO_BATCH * seq}
 
 
 def worker(config_path: Path) -> None:
@@ -128,7 +128,7 @@ def write_model_dir(folder: Path) -> Path:
     return folder
 
 
-def compare(names: list[str]) -> list[dict]:
+def compare(names: list[str], seq: int = SEQ) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_model_dir(Path(tmp) / "model")
@@ -136,8 +136,9 @@ def compare(names: list[str]) -> list[dict]:
             nproc, distributed, peft = CONFIGS[name]
             folder = Path(tmp) / f"run{len(rows)}"
             folder.mkdir()
-            measured = measure(recipe_config(model_dir, folder / "out", nproc, distributed, peft), nproc, folder)
-            rows.append({"config": name, "measured": measured, "estimate": estimate(model_dir, nproc, distributed, peft)})
+            measured = measure(recipe_config(model_dir, folder / "out", nproc, distributed, peft, seq), nproc, folder)
+            rows.append({"config": name, "measured": measured,
+                         "estimate": estimate(model_dir, nproc, distributed, peft, seq)})
     return rows
 
 
@@ -145,14 +146,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--config", action="append", choices=list(CONFIGS), help="only these (repeatable)")
+    parser.add_argument("--seq", type=int, default=SEQ, help=f"sequence length (default {SEQ})")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
         return
-    rows = compare(args.config or list(CONFIGS))
+    rows = compare(args.config or list(CONFIGS), args.seq)
     shape = ", ".join(f"{k}={v}" for k, v in SHAPE.items() if k != "max_position_embeddings")
-    print(f"{shape}; seq {SEQ}, micro-batch {MICRO_BATCH}, bf16 (FSDP2 mixed precision / DDP autocast), AdamW, CPU gloo")
+    print(f"{shape}; seq {args.seq}, micro-batch {MICRO_BATCH}, bf16 (FSDP2 mixed precision / DDP autocast), AdamW, CPU gloo")
     print("| config | term | estimate (MiB) | measured (MiB) | estimate / measured |")
     print("|---|---|---|---|---|")
     worst = 0.0

@@ -178,8 +178,8 @@ def test_linear_cross_entropy_rejects_bad_shapes() -> None:
 def test_default_chunk_size() -> None:
     assert default_chunk_size(4096, 32000, 256, "cpu") == 256  # 8M logits / 32000 -> 262 -> 256
     assert default_chunk_size(4096, 512, 64, "cpu") == 8192  # capped
-    assert default_chunk_size(16384, 128256, 2048, "cuda") == 256
-    assert default_chunk_size(8, 128256, 2048, "cuda") == 16  # never below the minimum
+    assert default_chunk_size(16384, 128256, 2048, "cuda") == 1024  # 261 rows would starve the GEMMs
+    assert default_chunk_size(131072, 32000, 4096, "cuda") == 8192  # N x H / V = 16777 -> capped
 
 
 # ---- whole model -------------------------------------------------------------------------------

@@ -79,11 +79,15 @@ def _lm_head(model: nn.Module, required: bool = True) -> Optional[nn.Module]:
 
 
 def _kernels(model: nn.Module) -> str:
-    """The model's kernel setting ("liger" routes the loss to Liger's kernel too)."""
+    """The loss's implementation: the model's `loss_kernels` (set by the recipe from `model.kernels`),
+    else its config's kernels ("liger" routes the loss to Liger's kernel too)."""
     for module in model.modules():
+        chosen = getattr(module, "loss_kernels", None)
+        if chosen is not None:
+            return chosen
         config = getattr(module, "config", None)
         if config is not None and hasattr(config, "kernels"):
-            return config.kernels
+            return "liger" if config.kernels == "liger" else "torch"
     return "torch"
 
 

@@ -50,11 +50,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of distinct local storages (a tied weight counts once)."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        local = _local(t)
-        seen[local.untyped_storage().data_ptr()] = local.untyped_storage().nbytes()
-    return sum(seen.values())
+    return sum(_storages(tensors).values())
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -86,12 +82,15 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # Views and in-place ops return their input's storage: that memory was not allocated here.
+        inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor) and t.device.type != "meta"}
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             storage = t.untyped_storage()
-            key = storage.data_ptr()
-            if storage.nbytes() == 0 or key in self.storages:
+            key = storage._cdata  # the StorageImpl: stable while FSDP2 resizes it, unlike data_ptr()
+            if storage.nbytes() == 0 or key in self.storages or key in inputs:
                 continue
             self.storages[key] = weakref.ref(storage)
             weakref.finalize(storage, self._free, key)
@@ -103,17 +102,18 @@ class LiveBytes(TorchDispatchMode):
         total = 0
         for key, ref in list(self.storages.items()):
             storage = ref()
-            if storage is not None and key not in exclude and storage.data_ptr() not in exclude:
+            if storage is not None and key not in exclude:
                 total += storage.nbytes()
         return total
 
 
 def _storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
+    """StorageImpl key -> bytes of the tensors' (local) storages that hold data."""
     out = {}
     for t in tensors:
         storage = _local(t).untyped_storage()
         if storage.nbytes():
-            out[storage.data_ptr()] = storage.nbytes()
+            out[storage._cdata] = storage.nbytes()
     return out
 
 

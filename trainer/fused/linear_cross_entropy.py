@@ -25,15 +25,18 @@ import torch.nn.functional as F
 # 128 to 1024 rows at vocab 32000 run alike, 64 rows starve the GEMMs).
 _CPU_CHUNK_LOGITS = 2**23
 _MIN_CHUNK, _MAX_CHUNK = 16, 8192
+# On a GPU fewer rows than this leave the GEMMs short of the tensor cores' tiles and waves.
+_MIN_GPU_CHUNK = 1024
 
 
 def default_chunk_size(num_tokens: int, vocab_size: int, hidden_size: int, device_type: str) -> int:
     """Rows per chunk. CPU: logits chunk ~32 MiB (cache-resident). GPU: as Liger, logits chunk about
-    the size of the hidden states (N x H elements), so the loss adds at most that much memory."""
+    the size of the hidden states (N x H elements), so the loss adds about that much memory, and at
+    least 1024 rows."""
     if device_type == "cpu":
         rows = _CPU_CHUNK_LOGITS // max(vocab_size, 1)
     else:
-        rows = num_tokens * hidden_size // max(vocab_size, 1)
+        rows = max(num_tokens * hidden_size // max(vocab_size, 1), _MIN_GPU_CHUNK)
     rows = 1 << max(int(rows).bit_length() - 1, 0)  # a power of two at or below
     return max(_MIN_CHUNK, min(_MAX_CHUNK, rows))
 

@@ -1,6 +1,7 @@
 """Which fast path a run can take on the device it is on, decided once at setup.
 
-- `resolve_kernels`: `model.kernels` auto | torch | liger | reference (trainer/fused/ops.py).
+- `resolve_kernels`: `model.kernels` auto | torch | liger | reference (trainer/fused/ops.py);
+  `resolve_loss_kernels`: the same setting for the fused linear + cross-entropy.
 - `fast_optimizer_kwargs`: `fused=True` for torch's Adam/AdamW/SGD/Adagrad unless the config sets
   `fused` or `foreach` (one multi-tensor kernel per step instead of a loop of small ops; CPU has
   fused Adam(W) since torch 2.4).
@@ -53,6 +54,14 @@ def resolve_kernels(setting: str, device_type: str, *, compile_enabled: bool = F
             raise ConfigError("model.kernels: liger needs the liger-kernel package: pip install "
                               "'recipe-advisor[gpu]', or set model.kernels: torch")
     return setting
+
+
+def resolve_loss_kernels(setting: str, device_type: str) -> str:
+    """The fused loss's implementation: Liger's kernel on CUDA when installed and `model.kernels` is
+    auto or liger (compiled blocks do not change it: the loss runs outside them), else plain torch."""
+    if setting in ("auto", "liger") and device_type == "cuda" and liger_available():
+        return "liger"
+    return "torch"
 
 
 def fast_optimizer_kwargs(target: Optional[str], kwargs: Mapping[str, Any], device_type: str) -> dict[str, Any]:

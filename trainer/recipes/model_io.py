@@ -36,13 +36,21 @@ def parse_dtype(value: Any) -> torch.dtype:
 def build_model(section, *, seed: int, device_type: str = "cpu", compile_enabled: bool = False) -> nn.Module:
     """The model on the meta device (``model._target_`` or, absent, trainer.models.build_causal_lm).
     ``model.kernels`` (default auto) is resolved for ``device_type`` (trainer.fused.runtime)."""
-    from trainer.fused.runtime import resolve_kernels
-    from trainer.models import build_causal_lm
+    from trainer.fused.runtime import resolve_kernels, resolve_loss_kernels
 
     kwargs = section.kwargs()
+    setting = kwargs.pop("kernels", "auto")
+    kernels = resolve_kernels(setting, device_type, compile_enabled=compile_enabled)
+    model = _build_model(section, kwargs, seed, kernels)
+    model.loss_kernels = resolve_loss_kernels(setting, device_type)  # read by trainer.loss
+    return model
+
+
+def _build_model(section, kwargs: dict, seed: int, kernels: str) -> nn.Module:
+    from trainer.models import build_causal_lm
+
     name = section.pretrained_model_name_or_path
     dtype = parse_dtype(kwargs.pop("dtype", "float32"))
-    kernels = resolve_kernels(kwargs.pop("kernels", "auto"), device_type, compile_enabled=compile_enabled)
     try:
         if section.target is not None:
             return instantiate({"_target_": section.target, **kwargs}, "model", name_or_path=name, dtype=dtype,
