@@ -15,22 +15,7 @@ from fastapi.testclient import TestClient
 import recipe_index
 from service.app import create_app
 
-GOOD = """\
-model:
-  pretrained_model_name_or_path: llama3-8b
-step_scheduler:
-  global_batch_size: 64
-  local_batch_size: 1
-distributed:
-  strategy: megatron
-  tp_size: 2
-  sequence_parallel: true
-dataset:
-  seq_length: 4096
-hardware:
-  gpu_type: h100
-  gpus_per_node: 8
-"""
+from tests.test_validate_cli import GOOD  # one clean config for the CLI and the API tests
 # TP=3 cannot divide 8 GPUs; the finding sits on line 8, where tp_size is.
 BAD_TP = GOOD.replace("tp_size: 2", "tp_size: 3")
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -123,7 +123,7 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
     activations: alive when the forward (model + loss) ends; activations_peak: the most alive at
     any op of forward and backward, gradients and unsharded parameters left out (with full
     recompute it adds the re-run layer); fsdp_unsharded: the most unsharded-parameter bytes
-    alive at once (FSDP2's all-gathered copies).
+    alive at once (FSDP2's all-gathered copies; 0 without FSDP2).
     """
     micro_batches = next(iter(recipe.step_scheduler))
     if len(micro_batches) != 1:
@@ -132,11 +132,17 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
     measured = MeasuredMemory(weights=weight_bytes(model))
     peaks = {"acts": 0, "params": 0}
 
+    from torch.distributed.tensor import DTensor
+
+    # FSDP2 swaps a module's sharded DTensor parameters for plain unsharded ones while it computes.
+    sharded = any(isinstance(p, DTensor) for p in model.parameters())
+
     def on_op(tracker: LiveBytes) -> None:
         params = _storages(model.parameters())
         grads = _storages(p.grad for p in model.parameters() if p.grad is not None)
-        live_params = sum(n for ptr, n in params.items() if ptr in tracker.storages)
-        peaks["params"] = max(peaks["params"], live_params)
+        if sharded:
+            unsharded = _storages(p for p in model.parameters() if not isinstance(p, DTensor))
+            peaks["params"] = max(peaks["params"], sum(unsharded.values()))
         peaks["acts"] = max(peaks["acts"], tracker.bytes_of(set(params) | set(grads)))
 
     model.train()
