@@ -74,6 +74,10 @@ def test_estimate_within_ten_percent_of_measured(config: str, tmp_path) -> None:
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = json.loads(out.read_text())
-    for term in ("weights", "grads", "optimizer", "activations", "fsdp_unsharded"):
+    for term in ("weights", "grads", "optimizer", "activations"):
         est, got = row["estimate"][term], row["measured"][term]
         assert got > 0 and est == pytest.approx(got, rel=0.10), (term, est, got)
+    # The model keeps two blocks unsharded (GPU backward prefetch); CPU gloo runs showed one, which on
+    # this 2-layer model is 1.5 of 11 MiB (benchmarks/README.md, "Planner memory model vs the trainer").
+    est, got = row["estimate"]["fsdp_unsharded"], row["measured"]["fsdp_unsharded"]
+    assert got > 0 and got <= est <= got * 1.2, (est, got)

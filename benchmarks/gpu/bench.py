@@ -150,19 +150,22 @@ def check_kernels(device: str) -> int:
 
     gen = torch.Generator(device=device).manual_seed(0)
     dt = torch.bfloat16 if device != "cpu" else torch.float32
-    x = torch.randn(4, 256, 2048, device=device, generator=gen).to(dt)
-    w = (1 + 0.1 * torch.randn(2048, device=device, generator=gen)).to(dt)
-    g, u = torch.randn(4, 256, 1024, device=device, generator=gen).to(dt), torch.randn(4, 256, 1024, device=device,
-                                                                                        generator=gen).to(dt)
-    q, k = torch.randn(4, 32, 256, 64, device=device, generator=gen).to(dt), torch.randn(4, 8, 256, 64, device=device,
-                                                                                          generator=gen).to(dt)
-    pos = torch.arange(256, device=device).float()
+    # Llama-3.2-1B widths on the GPU; a quick stand-in on CPU.
+    hidden, ffn, heads, kv, vocab, tokens = (2048, 8192, 32, 8, 32000, 256) if device != "cpu" else \
+        (256, 512, 8, 2, 4096, 64)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device, generator=gen).to(dt)
+
+    x, w = randn(4, tokens, hidden), (1 + 0.1 * randn(hidden)).to(dt)
+    g, u = randn(4, tokens, ffn), randn(4, tokens, ffn)
+    q, k = randn(4, heads, tokens, 64), randn(4, kv, tokens, 64)
+    pos = torch.arange(tokens, device=device).float()
     freqs = pos[:, None] * (1.0 / 500000 ** (torch.arange(0, 64, 2, device=device).float() / 64))
     emb = torch.cat((freqs, freqs), -1)[None]
     cos, sin = emb.cos().to(dt), emb.sin().to(dt)
-    h = torch.randn(2048, 2048, device=device, generator=gen).to(dt)
-    head = (0.02 * torch.randn(32000, 2048, device=device, generator=gen)).to(dt)
-    labels = torch.randint(0, 32000, (2048,), device=device, generator=gen)
+    h, head = randn(4 * tokens, hidden), (0.02 * randn(vocab, hidden)).to(dt)
+    labels = torch.randint(0, vocab, (4 * tokens,), device=device, generator=gen)
     cases = {
         "rms_norm": (lambda kern, a, b: rms_norm(a, b, 1e-5, kern), (x, w)),
         "silu_mul": (lambda kern, a, b: silu_mul(a, b, kern), (g, u)),
