@@ -21,6 +21,7 @@ and transformers before anything is measured, so the import cost is equal; the t
 whole-process peak and the peak above the RSS after imports (what training itself added).
 
 Run: .venv/bin/python benchmarks/train_vs_hf.py [--rounds 3 --steps 4 --warmup 1 --threads 2]
+     .venv/bin/python benchmarks/train_vs_hf.py --micro   (AdamW variants, loss chunk sizes)
 """
 
 from __future__ import annotations
@@ -165,6 +166,79 @@ def worker(args) -> None:
     print("RESULT " + json.dumps(result))
 
 
+# ---- micro-benchmarks of single fast paths (--micro) ----------------------------------------------
+
+
+def _best_of(fn, repeat: int) -> float:
+    fn()  # warm-up: first-touch allocations
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def micro(args) -> None:
+    """AdamW step variants over this model's parameters, and the LM head + loss at several chunk sizes."""
+    import torch
+    import torch.nn.functional as F
+
+    from trainer.fused.linear_cross_entropy import linear_cross_entropy
+    from trainer.models.config import DecoderConfig
+
+    torch.set_num_threads(args.threads)
+    config = DecoderConfig(**dict(SHAPE, num_hidden_layers=args.layers, hidden_size=args.hidden,
+                                  vocab_size=args.vocab, intermediate_size=3 * args.hidden))
+    sizes = [config.vocab_size * config.hidden_size] * 2 + [config.num_parameters() - 2 * config.vocab_size
+                                                          * config.hidden_size]
+    for name, kwargs in (("for-loop (CPU default)", dict(foreach=False)), ("foreach", dict(foreach=True)),
+                         ("fused", dict(fused=True))):
+        params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-3, **kwargs)
+        print(f"AdamW {name}: {_best_of(opt.step, 5) * 1e3:.0f} ms per step ({sum(sizes) / 1e6:.1f}M params)")
+    tokens = args.batch * args.seq
+    hidden = torch.randn(tokens, config.hidden_size, requires_grad=True)
+    weight = (torch.randn(config.vocab_size, config.hidden_size) * 0.02).requires_grad_()
+    labels = torch.randint(0, config.vocab_size, (tokens,))
+
+    def plain():
+        F.cross_entropy((hidden @ weight.t()).float(), labels, reduction="sum").backward()
+
+    print(f"LM head + loss, plain: {_best_of(plain, 3):.2f} s")
+    meta_build_times()
+    for rows in (64, 128, 256, 512, 1024, 2048):
+        seconds = _best_of(lambda: linear_cross_entropy(hidden, weight, labels, chunk_size=rows).backward(), 3)
+        print(f"LM head + loss, fused, {rows} rows per chunk: {seconds:.2f} s")
+
+
+_META_BUILD = """
+import sys, time, torch
+from contextlib import nullcontext
+from trainer.models.builder import resolve_config, skip_init
+from trainer.models.decoder import CausalLM
+config, _ = resolve_config("tiny-llama")
+start = time.perf_counter()
+with torch.device("meta"), (skip_init() if sys.argv[1] == "skip" else nullcontext()):
+    CausalLM(config)
+print(time.perf_counter() - start, "torch._dynamo" in sys.modules)
+"""
+
+
+def meta_build_times(repeat: int = 3) -> None:
+    """Building tiny-llama on the meta device in a fresh process, with the constructors' nn.init
+    (the old path) and with skip_init (build_causal_lm's)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    for mode in ("init", "skip"):
+        runs = [subprocess.run([sys.executable, "-c", _META_BUILD, mode], env=env, capture_output=True, text=True,
+                               timeout=300).stdout.split() for _ in range(repeat)]
+        times = ", ".join(f"{float(r[0]):.2f}" for r in runs)
+        print(f"meta-device build, {'skip_init' if mode == 'skip' else 'nn.init on meta'}: {times} s "
+              f"(torch._dynamo imported: {runs[0][1]})")
+
+
 # ---- driver -------------------------------------------------------------------------------------
 
 
@@ -211,7 +285,11 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="ours: compile.enabled")
     parser.add_argument("--worker", choices=("ours", "hf"), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--micro", action="store_true", help="AdamW variants and loss chunk sizes only")
     args = parser.parse_args()
+    if args.micro:
+        micro(args)
+        return
     if args.chunked in ("true", "false"):
         args.chunked = args.chunked == "true"
     if args.worker:
