@@ -6,8 +6,9 @@ never stalls the event loop for the others.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Annotated, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,14 +46,25 @@ def _wants_yaml(request: Request) -> bool:
     return any(t in accept for t in ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"))
 
 
-def yaml_error_response(err: YamlError) -> HTTPException:
-    where = f" at line {err.line}, column {err.column or 1}" if err.line else ""
-    fix = f"; fix: {err.fix}" if err.fix else ""
-    return HTTPException(
-        status_code=400,
-        detail={"detail": f"unusable YAML{where}: {err.reason}{fix}", "field": "yaml", "suggestions": [],
-                "line": err.line, "column": err.column},
-    )
+def client_error(status: int, detail: str, field: str, **extra: Any) -> HTTPException:
+    """An HTTPException whose body is an ``ErrorResponse`` without suggestions (``extra``: line, column)."""
+    return HTTPException(status, {"detail": detail, "field": field, "suggestions": [], **extra})
+
+
+@contextmanager
+def unusable_yaml_is_400(field: str = "yaml") -> Iterator[None]:
+    """Answer a YamlError raised inside with a 400 naming ``field`` and the line and column.
+
+    A document other than /v1/validate's ``yaml`` (diff's ``base``, ``new``) is named in the detail too.
+    """
+    try:
+        yield
+    except YamlError as err:
+        where = f" at line {err.line}, column {err.column or 1}" if err.line else ""
+        fix = f"; fix: {err.fix}" if err.fix else ""
+        named = "" if field == "yaml" else f"{field}: "
+        raise client_error(400, f"{named}unusable YAML{where}: {err.reason}{fix}", field,
+                           line=err.line, column=err.column) from None
 
 
 # ------------------------------------------------------------------ service
@@ -130,10 +142,8 @@ async def validate(
             ) from None
         text, gpus, gpu_type, nodes = req.yaml, req.gpus or gpus, req.gpu_type or gpu_type, req.nodes or nodes
     elif media_type in YAML_MEDIA_TYPES or not media_type:
-        try:
+        with unusable_yaml_is_400():
             text = decode(body, "<request>", max_bytes=1 << 20)
-        except YamlError as err:
-            raise yaml_error_response(err) from None
     else:
         raise HTTPException(
             415,
@@ -142,10 +152,8 @@ async def validate(
         )
     if gpu_type is not None:
         lookup_hardware(gpu_type)  # unknown -> 404 with the known names, as the CLI's exit 2
-    try:
+    with unusable_yaml_is_400():
         report = await run_in_threadpool(validate_text, text, "<request>", gpus, gpu_type, nodes, lookup_model)
-    except YamlError as err:
-        raise yaml_error_response(err) from None
     return m.ValidateResponse(
         files=[m.FileFindings(path=report.path, findings=[f.to_dict() for f in report.findings])],
         summary=m.ValidateSummary(files=1, errors=report.errors, warnings=report.warnings),

@@ -16,17 +16,16 @@ from typing import Any, Callable
 from fastapi import APIRouter
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 
 from service import api_models as m
-from service.api import ERRORS, JSON, encode, yaml_error_response
+from service.api import ERRORS, JSON, client_error, encode, unusable_yaml_is_400
 from service.changes import diff, summary, verdict
 from service.cli_plan import request_from_args
 from service.lookups import lookup_hardware, lookup_model
 from service.memo import Answer, ResponseCache, cached_answer
 from service.planner import PlanError, plan
 from service.recommend import Recommendation, recommend
-from service.yamlio import OverrideError, YamlError, load_yaml
+from service.yamlio import OverrideError, load_yaml
 
 router = APIRouter(tags=["advise"])
 
@@ -153,7 +152,7 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
             overrides=overrides_argv(dict(values.get("overrides") or ())), config_path=config_path,
         )
     except OverrideError as err:
-        raise HTTPException(400, {"detail": f"override: {err}", "field": "overrides", "suggestions": []}) from None
+        raise client_error(400, f"override: {err}", "overrides") from None
 
 
 @router.post(
@@ -185,12 +184,8 @@ async def recommend_answer(body: m.RecommendBody, config_path: str = "config.yam
 
 
 def _load(text: str, field: str) -> dict:
-    try:
+    with unusable_yaml_is_400(field):
         return load_yaml(text, f"<{field}>").data
-    except YamlError as err:
-        error = yaml_error_response(err)
-        error.detail = {**error.detail, "field": field, "detail": f"{field}: {error.detail['detail']}"}
-        raise error from None
 
 
 def diff_response(base_text: str, new_text: str) -> m.DiffResponse:

@@ -15,7 +15,9 @@ The model, per micro batch on the slowest pipeline stage:
   inter-node link); the CP ring exchange of K/V beyond what attention hides; EP all-to-all
   dispatch and combine; pipeline point-to-point transfers.
 * **Pipeline bubble** ``(PP-1)/VP`` micro-batch times (Narayanan et al. 2021: bubble fraction
-  ``(PP-1)/(VP·m)``), and stage imbalance when layers (and the LM head) do not split evenly.
+  ``(PP-1)/(VP·m)``) when there are at least PP micro batches, ``(PP-m) + (m-1)/VP`` when there
+  are fewer (:func:`pipeline_bubble`), and stage imbalance when layers (and the LM head) do not
+  split evenly.
 * **Data parallel.** The gradient reduce-scatter (distributed optimizer) or all-reduce (DDP)
   overlaps the last micro batch's backward, the parameter all-gather the first forward, up
   to ``DP_OVERLAP_FRACTION``; FSDP gathers and reduces every micro batch.
@@ -44,6 +46,22 @@ ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half 
 def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
     """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head) + 12·L·h·s attention."""
     return 6.0 * shape.gemm_params_per_token + shape.attention_flops_coef * seq_length
+
+
+def pipeline_bubble(pp: int, vp: int, microbatches: int) -> float:
+    """Idle time of a pipelined step, in micro-batch times of one stage.
+
+    With at least PP micro batches, 1F1B (interleaved over VP chunks) idles ``(PP-1)/VP`` of them
+    (Narayanan et al. 2021, eq. 1 and section 2.2.2). With fewer, the pipeline never fills: one
+    micro batch still has to pass every stage forward and back, so the step is at least ``PP``
+    stage times, and the other ``m-1`` follow one chunk (1/VP of a stage) apart:
+    ``(PP - m) + (m - 1)/VP``. Both expressions meet at ``m = PP``.
+    """
+    if pp <= 1:
+        return 0.0
+    if microbatches >= pp:
+        return (pp - 1) / vp
+    return (pp - microbatches) + (microbatches - 1) / vp
 
 
 def _moe_imbalance(experts: int, ep: int) -> float:
@@ -255,7 +273,7 @@ class StepTimeModel:
             boundary = mbs * self.seq / cp * self.shape.hidden * C.ACTIVATION_BYTES / (tp if sp and tp > 1 else 1)
             pp_s = 2 * vp * (boundary / pp_bw + pp_lat) * C.PP_P2P_EXPOSED_FRACTION
         t_mb = compute + tp_s + cp_s + ep_s + pp_s
-        bubble = (pp - 1) / vp * t_mb if pp > 1 else 0.0
+        bubble = pipeline_bubble(pp, vp, m) * t_mb
         # DP traffic: exposed part plus OVERLAP_INTERFERENCE of the hidden part.
         if sharding == "full":  # gather for forward and backward and reduce-scatter, every micro batch
             dp_s = m * _overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb)

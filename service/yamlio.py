@@ -13,14 +13,15 @@ A config from a user or a pull request is data. Loading it:
 
 from __future__ import annotations
 
-import copy
-import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from trainer.dotted import NotASection, with_dotted
+from trainer.overrides import BARE_FLOAT  # YAML 1.1 reads `1e-4` as a string; authors mean a float
 
 try:  # libyaml is several times faster and keeps marks
     from yaml import CSafeLoader as _Loader
@@ -39,8 +40,6 @@ ALLOWED_TAGS = frozenset(
 )
 STR_TAG = "tag:yaml.org,2002:str"
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
-# YAML 1.1 reads `1e-4` (no dot) as a string; every config author means a float.
-_BARE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 class YamlError(ValueError):
@@ -152,7 +151,7 @@ class _Builder:
         if isinstance(node, ScalarNode):
             if node.tag == TIMESTAMP_TAG:
                 return node.value  # dates stay the text the author wrote
-            if node.tag == STR_TAG and not node.style and _BARE_FLOAT.match(node.value):
+            if node.tag == STR_TAG and not node.style and BARE_FLOAT.match(node.value):
                 return float(node.value)
             try:
                 return self.scalars.construct_object(node)
@@ -268,7 +267,7 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
 def _coerce(raw: str) -> Any:
     if len(raw) > 10_000:
         raise OverrideError("override value is over 10,000 characters")
-    if _BARE_FLOAT.match(raw.strip()):
+    if BARE_FLOAT.match(raw.strip()):
         return float(raw)
     try:
         value = yaml.load(raw, Loader=_Loader)
@@ -280,19 +279,10 @@ def _coerce(raw: str) -> Any:
 
 def apply_overrides(data: dict, argv: list[str]) -> dict:
     """A deep copy of ``data`` with ``--a.b v`` overrides applied (missing sections are created)."""
-    result = copy.deepcopy(data)
-    for key, value in parse_overrides(argv):
-        parts = key.split(".")
-        node = result
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                prefix = ".".join(parts[: depth + 1])
-                raise OverrideError(f"cannot set --{key}: {prefix} is a {type(child).__name__}, not a section")
-            node = child
-        if value == "none" or (isinstance(value, str) and value.lower() == "none"):
-            value = None
-        node[parts[-1]] = value
-    return result
+    pairs = [(key, None if isinstance(value, str) and value.lower() == "none" else value)
+             for key, value in parse_overrides(argv)]
+    try:
+        return with_dotted(data, pairs)
+    except NotASection as err:
+        raise OverrideError(f"cannot set --{err.key}: {err.prefix} is a {type(err.value).__name__}, "
+                            "not a section") from None

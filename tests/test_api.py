@@ -23,23 +23,22 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 )
 
 
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app()) as c:
-        yield c
-
-
 def post_yaml(client, text, **params):
     return client.post("/v1/validate", content=text, params=params, headers={"content-type": "text/plain"})
+
+
+def get_json(client, path, status=200, **params):
+    """GET ``path`` (query ``params``), check the status code and return the JSON body."""
+    r = client.get(path, params=params)
+    assert r.status_code == status, r.text
+    return r.json()
 
 
 # ------------------------------------------------------------------ service
 
 
 def test_healthz_reports_the_index(client):
-    r = client.get("/healthz")
-    assert r.status_code == 200
-    body = r.json()
+    body = get_json(client, "/healthz")
     assert body["status"] == "ok"
     assert body["recipes"] == len(recipe_index.list_recipes()) > 0
     assert body["models"] == len(recipe_index.list_models()) > 0
@@ -76,42 +75,32 @@ def test_security_headers_on_pages_and_api(client):
 
 
 def test_unknown_route_is_404_json(client):
-    r = client.get("/v1/nope")
-    assert r.status_code == 404
-    assert r.json()["detail"] == "Not Found"
+    assert get_json(client, "/v1/nope", 404)["detail"] == "Not Found"
 
 
 # ------------------------------------------------------------------ index
 
 
 def test_hardware_lists_every_card(client):
-    r = client.get("/v1/hardware")
-    assert r.status_code == 200
-    names = [h["name"] for h in r.json()]
-    assert names == [h.name for h in recipe_index.list_hardware()]
-    h100 = next(h for h in r.json() if h["name"] == "h100")
+    cards = get_json(client, "/v1/hardware")
+    assert [h["name"] for h in cards] == [h.name for h in recipe_index.list_hardware()]
+    h100 = next(h for h in cards if h["name"] == "h100")
     assert h100["memory_gib"] == recipe_index.get_hardware("h100").memory_gib
 
 
 def test_models_list_and_detail(client):
-    r = client.get("/v1/models")
-    assert r.status_code == 200
-    ids = [m["id"] for m in r.json()]
+    ids = [m["id"] for m in get_json(client, "/v1/models")]
     assert "llama3-8b" in ids and len(ids) == len(recipe_index.list_models())
-    detail = client.get("/v1/models/llama3-8b").json()
+    detail = get_json(client, "/v1/models/llama3-8b")
     assert detail["num_key_value_heads"] == 8 and detail["num_hidden_layers"] == 32
 
 
 def test_model_detail_by_hf_id_with_a_slash(client):
-    r = client.get("/v1/models/meta-llama/Meta-Llama-3-8B")
-    assert r.status_code == 200
-    assert r.json()["id"] == "llama3-8b"
+    assert get_json(client, "/v1/models/meta-llama/Meta-Llama-3-8B")["id"] == "llama3-8b"
 
 
 def test_unknown_model_is_404_with_closest_ids(client):
-    r = client.get("/v1/models/llama3-8x")
-    assert r.status_code == 404
-    body = r.json()
+    body = get_json(client, "/v1/models/llama3-8x", 404)
     assert body["field"] == "model"
     assert body["suggestions"][0] == "llama3-8b"
     assert "llama3-8b" in body["detail"]
@@ -120,38 +109,28 @@ def test_unknown_model_is_404_with_closest_ids(client):
 def test_model_lookup_never_reads_server_files(client, tmp_path):
     # A real config.json on the server's disk: the CLI would load it, the service must not.
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
-    r = client.get(f"/v1/models/{tmp_path}")
-    assert r.status_code == 404
-    assert "config.json" not in r.json()["detail"]
+    assert "config.json" not in get_json(client, f"/v1/models/{tmp_path}", 404)["detail"]
 
 
 def test_recipes_list_and_filters(client):
-    everything = client.get("/v1/recipes").json()
+    everything = get_json(client, "/v1/recipes")
     assert len(everything) == len(recipe_index.list_recipes())
-    r = client.get("/v1/recipes", params={"mode": "sft", "hardware": "h100"})
-    assert r.status_code == 200
-    rows = r.json()
+    rows = get_json(client, "/v1/recipes", mode="sft", hardware="h100")
     assert rows and all(row["mode"] == "sft" and row["hardware"] == "h100" for row in rows)
     expected = recipe_index.list_recipes(family="llama", kind="library", num_gpus=8)
-    got = client.get("/v1/recipes", params={"family": "llama", "kind": "library", "num_gpus": 8}).json()
+    got = get_json(client, "/v1/recipes", family="llama", kind="library", num_gpus=8)
     assert [row["name"] for row in got] == [e.name for e in expected]
 
 
 def test_recipes_filter_wrong_values_are_422_naming_the_field(client):
-    r = client.get("/v1/recipes", params={"mode": "train"})
-    assert r.status_code == 422
-    assert r.json()["detail"][0]["loc"] == ["query", "mode"]
-    r = client.get("/v1/recipes", params={"num_gpus": "eight"})
-    assert r.status_code == 422
-    assert r.json()["detail"][0]["loc"] == ["query", "num_gpus"]
+    assert get_json(client, "/v1/recipes", 422, mode="train")["detail"][0]["loc"] == ["query", "mode"]
+    assert get_json(client, "/v1/recipes", 422, num_gpus="eight")["detail"][0]["loc"] == ["query", "num_gpus"]
 
 
 def test_recipe_detail_json_and_yaml_by_accept(client):
     name = "llama3_8b_pretrain_config"  # a legacy Megatron alias resolves too
     entry = recipe_index.get_recipe(name)
-    r = client.get(f"/v1/recipes/{name}")
-    assert r.status_code == 200
-    body = r.json()
+    body = get_json(client, f"/v1/recipes/{name}")
     assert body["name"] == entry.name and body["model"] == "llama3-8b"
     assert body["yaml"] == recipe_index.load_recipe_text(name)
     raw = client.get(f"/v1/recipes/{name}", headers={"accept": "application/yaml"})
@@ -161,9 +140,7 @@ def test_recipe_detail_json_and_yaml_by_accept(client):
 
 
 def test_unknown_recipe_is_404_with_suggestions(client):
-    r = client.get("/v1/recipes/llama3_8b_pretrain_2gpu_h100_bf17")
-    assert r.status_code == 404
-    body = r.json()
+    body = get_json(client, "/v1/recipes/llama3_8b_pretrain_2gpu_h100_bf17", 404)
     assert body["field"] == "name"
     assert "llama3_8b_pretrain_2gpu_h100_bf16" in body["suggestions"]
 

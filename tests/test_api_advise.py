@@ -7,21 +7,13 @@ import time
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 
 from service import api_advise
-from service.app import create_app
 from service.cli import main
 
 BODY = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100"}
 BASE = "distributed:\n  tp_size: 2\nstep_scheduler:\n  global_batch_size: 64\n  local_batch_size: 1\n"
 NEW = "distributed:\n  tp_size: 4\nstep_scheduler:\n  global_batch_size: 128\n  local_batch_size: 1\n"
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app()) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
-import threading
-import time
 from pathlib import Path
-
-import pytest
-import uvicorn
-
-from service.app import create_app
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -21,23 +13,6 @@ DOC = Path(__file__).resolve().parents[1] / "README.md"
 def curl_blocks() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), re.S)
     return [b for b in blocks if "curl -s" in b and "docker " not in b]
-
-
-@pytest.fixture(scope="module")
-def port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=free, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        assert time.time() < deadline
-        time.sleep(0.05)
-    yield free
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 def test_docs_have_curl_examples():
@@ -48,9 +23,9 @@ def test_docs_have_curl_examples():
         assert route in text, route
 
 
-def test_curl_examples_succeed(port, tmp_path):
+def test_curl_examples_succeed(live_server_url, tmp_path):
     assert shutil.which("curl"), "curl is needed (apt-get install curl)"
-    script = "\n".join(curl_blocks()).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    script = "\n".join(curl_blocks()).replace("127.0.0.1:8000", live_server_url.removeprefix("http://"))
     # -f: any HTTP error fails the command; pipefail + -e: any failed command fails the script.
     prelude = "set -eo pipefail\ncurl() { command curl -f --max-time 60 \"$@\"; }\n"
     out = subprocess.run(["bash", "-c", prelude + script], cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -8,19 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from service import api_advise as api
-from service.app import create_app
 from service.cli import main
 
 BODY = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100"}
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app()) as c:
-        yield c
 
 
 def test_plan_matches_the_cli(client, capsys):

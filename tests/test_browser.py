@@ -10,50 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from service.app import create_app
+from tests.test_web import BAD_TP, BAD_TP_LINE  # the same invalid config as the HTML tests
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 LAPTOP = {"width": 1366, "height": 900}
-BAD_TP = """\
-model:
-  pretrained_model_name_or_path: llama3-8b
-step_scheduler:
-  global_batch_size: 64
-distributed:
-  strategy: megatron
-  tp_size: 3
-hardware:
-  gpu_type: h100
-  gpus_per_node: 8
-"""
-BAD_TP_LINE = 7
-
-
-@pytest.fixture(scope="module")
-def base_url():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        assert time.time() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +58,8 @@ def page(request, browser):
     assert not errors, errors  # no script errors, no CSP violations, no missing style or script
 
 
-def test_recommend_form_to_result(page, base_url, shots, request):
-    page.goto(f"{base_url}/")
+def test_recommend_form_to_result(page, live_server_url, shots, request):
+    page.goto(f"{live_server_url}/")
     page.fill("#model", "llama3-70b")
     page.select_option("#gpu_type", "h100")
     page.fill("#gpus", "8")
@@ -134,8 +100,8 @@ def test_recommend_form_to_result(page, base_url, shots, request):
     assert (shots / f"recommend-{request.node.callspec.id}.png").stat().st_size > 20_000
 
 
-def test_download_button_gives_the_yaml(page, base_url, tmp_path):
-    page.goto(f"{base_url}/recommend?model=llama3-8b&gpu_type=h100&gpus=8&nodes=1&goal=sft&engine=megatron")
+def test_download_button_gives_the_yaml(page, live_server_url, tmp_path):
+    page.goto(f"{live_server_url}/recommend?model=llama3-8b&gpu_type=h100&gpus=8&nodes=1&goal=sft&engine=megatron")
     with page.expect_download() as info:
         page.click("a[download]")
     saved = tmp_path / info.value.suggested_filename
@@ -144,8 +110,8 @@ def test_download_button_gives_the_yaml(page, base_url, tmp_path):
     assert saved.read_text() == page.locator("#config-yaml").inner_text().rstrip("\n") + "\n"
 
 
-def test_form_error_is_shown_on_the_form(page, base_url):
-    page.goto(f"{base_url}/")
+def test_form_error_is_shown_on_the_form(page, live_server_url):
+    page.goto(f"{live_server_url}/")
     page.fill("#model", "llama3-8x")
     page.click("button[type=submit]")
     alert = page.locator("[role=alert]")
@@ -153,8 +119,8 @@ def test_form_error_is_shown_on_the_form(page, base_url):
     assert page.input_value("#model") == "llama3-8x"  # what the user typed stays
 
 
-def test_validate_page_shows_the_finding_on_its_line(page, base_url, shots):
-    page.goto(f"{base_url}/validate")
+def test_validate_page_shows_the_finding_on_its_line(page, live_server_url, shots):
+    page.goto(f"{live_server_url}/validate")
     page.fill("#yaml", BAD_TP)
     page.click("button[type=submit]")
     page.wait_for_selector("#findings")
@@ -171,10 +137,10 @@ def test_validate_page_shows_the_finding_on_its_line(page, base_url, shots):
     assert (shots / "validate.png").stat().st_size > 10_000
 
 
-def test_validate_upload(page, base_url, tmp_path):
+def test_validate_upload(page, live_server_url, tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text(BAD_TP)
-    page.goto(f"{base_url}/validate")
+    page.goto(f"{live_server_url}/validate")
     page.set_input_files("#file", str(config))
     page.click("button[type=submit]")
     page.wait_for_selector("#findings")
@@ -182,9 +148,9 @@ def test_validate_upload(page, base_url, tmp_path):
     assert page.locator(f'tr.finding[data-line="{BAD_TP_LINE}"]').count() >= 1
 
 
-def test_typed_markup_stays_text(page, base_url):
+def test_typed_markup_stays_text(page, live_server_url):
     hostile = "<img src=x onerror=alert(1)>"
-    page.goto(f"{base_url}/validate")
+    page.goto(f"{live_server_url}/validate")
     page.fill("#yaml", f"model:\n  pretrained_model_name_or_path: '{hostile}'\n")
     page.click("button[type=submit]")
     page.wait_for_selector("#findings")

@@ -12,6 +12,7 @@ import yaml
 
 from service.rules.registry import all_rules
 from service.validate import validate_text
+from trainer.dotted import set_dotted
 
 # ~1.5B parameters: small enough that every layout here fits an 80 GB GPU (RA-M002 stays quiet)
 DENSE = dict(model_type="llama", hidden_size=2048, num_hidden_layers=32, num_attention_heads=32,
@@ -62,18 +63,6 @@ def codes(config: dict) -> list[str]:
     return sorted(f.code for f in report.findings)
 
 
-def set_(config: dict, dotted: str, value):
-    node = config
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    if value is DELETE:
-        node.pop(leaf, None)
-    else:
-        node[leaf] = value
-
-
-DELETE = object()
 META = {"name": "case", "kind": "library", "mode": "pretrain", "num_gpus": 8}
 
 # (code, model, {dotted key: value})
@@ -129,7 +118,7 @@ def test_each_rule_fires_alone(models, code, model, changes, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = base(models[model or "dense"])
     for key, value in changes.items():
-        set_(config, key, copy.deepcopy(value))
+        set_dotted(config, key, copy.deepcopy(value))
     assert codes(config) == [code]
 
 
@@ -147,8 +136,8 @@ def test_duplicate_key_rule_points_at_the_second_key(models):
 
 def test_megatron_split_warning_names_the_split(models):
     config = base(models["l30"])
-    set_(config, "distributed.pp_size", 4)
-    set_(config, "distributed.vp_size", 2)
+    set_dotted(config, "distributed.pp_size", 4)
+    set_dotted(config, "distributed.vp_size", 2)
     findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
     assert [(f.code, f.severity) for f in findings] == [("RA-L011", "warning")]
     assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
@@ -174,7 +163,7 @@ def test_unknown_key_gets_did_you_mean_and_line(models):
 
 def test_findings_carry_numbers_and_fix(models):
     config = base(models["dense"])
-    set_(config, "step_scheduler.global_batch_size", 30)
+    set_dotted(config, "step_scheduler.global_batch_size", 30)
     (finding,) = validate_text(yaml.safe_dump(config), "b.yaml").findings
     assert "30" in finding.message and "4" in finding.message
     assert "28" in finding.fix and "32" in finding.fix

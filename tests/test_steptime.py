@@ -8,7 +8,7 @@ from recipe_index import find_bundled_model, get_hardware
 from service import constants as C
 from service.facts import Layout
 from service.memory import model_shape
-from service.steptime import StepTimeModel, estimate_step_time, model_flops_per_token
+from service.steptime import StepTimeModel, estimate_step_time, model_flops_per_token, pipeline_bubble
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,20 @@ def test_pipeline_bubble_is_pp_minus_1_over_vp_micro_batches(llama8b):
     per_micro_batch = (plain.compute_s + plain.tp_comm_s + plain.cp_comm_s + plain.ep_comm_s + plain.pp_comm_s) / m
     assert plain.bubble_s == pytest.approx(3 * per_micro_batch)
     assert interleaved.bubble_s < plain.bubble_s * 0.6
+
+
+def test_too_few_micro_batches_never_fill_the_pipeline(llama8b):
+    """One micro batch per step still crosses every stage: PP2 with m=1 costs a whole model pass,
+    whatever VP, so context parallelism (half the tokens per GPU, no bubble) beats it."""
+    assert pipeline_bubble(4, 1, 8) == pytest.approx(3)
+    assert pipeline_bubble(4, 2, 4) == pytest.approx(1.5)  # m == PP: both formulas agree
+    assert pipeline_bubble(2, 12, 1) == pytest.approx(1)  # interleaving cannot help a lone micro batch
+    assert pipeline_bubble(8, 4, 2) == pytest.approx(6 + 1 / 4)
+    piped = step(llama8b, Layout(pp=2, vp=4, micro_batch_size=1), world=8, gbs=4, seq=4096)
+    split = step(llama8b, Layout(cp=2, micro_batch_size=1), world=8, gbs=4, seq=4096)
+    per_micro_batch = piped.compute_s + piped.pp_comm_s
+    assert piped.bubble_s == pytest.approx(per_micro_batch)
+    assert split.step_time_s < piped.step_time_s
 
 
 def test_full_recompute_costs_a_forward(llama8b):

@@ -29,12 +29,6 @@ BAD_TP_LINE = 7
 BAD_TP = GOOD.replace("tp_size: 2", "tp_size: 3")
 
 
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app()) as c:
-        yield c
-
-
 def finding_rows(html: str) -> list[tuple[int, str]]:
     """(line, row html) of each finding row of the validate listing."""
     return [(int(line), row) for line, row in re.findall(r'<tr class="finding[^"]*" data-line="(\d+)">(.*?)</tr>', html, re.S)]

@@ -1,7 +1,8 @@
 """Command-line overrides of config keys: ``--optimizer.lr 1e-4`` or ``--optimizer.lr=1e-4``.
 
 The trainer runs without the service installed, so it carries its own small
-parser (the service has a richer one with positions). Values are coerced the
+parser; the service's (``service/yamlio.py``) reuses ``BARE_FLOAT`` and the
+dotted-key walk of ``trainer/dotted.py`` from here. Values are coerced the
 way YAML would read them (``yaml.safe_load``), with one fix: YAML 1.1 reads
 ``1e-4`` (no dot) as a string, but every config author means a float.
 
@@ -11,17 +12,19 @@ aliases, with the same float fix, so ``lr: 1e-4`` in a file is a float too.
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trainer.dotted import NotASection, with_dotted
+
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 MAX_ALIASES = 200
 
-_BARE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+# YAML 1.1 reads `1e-4` (no dot) as a string; every config author means a float.
+BARE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 
@@ -57,13 +60,13 @@ class _TrainerLoader(yaml.SafeLoader):
 
 
 _TrainerLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(_BARE_FLOAT.pattern), list("-+0123456789.")
+    "tag:yaml.org,2002:float", re.compile(BARE_FLOAT.pattern), list("-+0123456789.")
 )
 
 
 def coerce_value(text: str) -> Any:
     """Read one override value as YAML would: ``8`` -> 8, ``true`` -> True, ``[1, 2]`` -> list."""
-    if _BARE_FLOAT.match(text.strip()):
+    if BARE_FLOAT.match(text.strip()):
         return float(text)
     try:
         return yaml.load(text, Loader=_TrainerLoader)
@@ -138,19 +141,9 @@ def _is_number(text: str) -> bool:
 
 def apply_overrides(cfg: dict, argv: list[str]) -> dict:
     """Return a copy of ``cfg`` with ``--a.b v`` / ``--a.b=v`` overrides set (sections created as needed)."""
-    out = copy.deepcopy(cfg)
-    for key, value in parse_overrides(argv):
-        node = out
-        parts = key.split(".")
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                prefix = ".".join(parts[: depth + 1])
-                raise ConfigError(
-                    f"override --{key}: {prefix} is a {type(child).__name__} ({child!r}), not a section"
-                )
-            node = child
-        node[parts[-1]] = value
-    return out
+    pairs = parse_overrides(argv)
+    try:
+        return with_dotted(cfg, pairs)
+    except NotASection as err:
+        raise ConfigError(f"override --{err.key}: {err.prefix} is a {type(err.value).__name__} ({err.value!r}), "
+                          "not a section") from None

@@ -163,6 +163,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, *, sequence_par
     if sequence_parallel:
         top_plan["model.norm"] = SequenceParallel()
     parallelize_module(lm, tp_mesh, top_plan)
+    _reference_kernels_for_dtensor_inputs(lm, top_plan)
 
     for block in lm.model.layers:
         plan = {
@@ -195,12 +196,23 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, *, sequence_par
             plan["self_attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
             plan["self_attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
         parallelize_module(block, tp_mesh, plan)
+        _reference_kernels_for_dtensor_inputs(block, plan)
 
     # Embedding (row-wise) and LM head (column-wise) both shard the [V, H] weight on dim 0, so a
     # tied weight stays one parameter: point the head at the embedding's sharded weight.
     lm.tie_weights()
     if sequence_parallel:
         lm.register_forward_pre_hook(partial(_check_sequence_divisible, tp_mesh.size()))
+
+
+def _reference_kernels_for_dtensor_inputs(root: nn.Module, plan: dict) -> None:
+    """Norms under SequenceParallel compute on DTensors: they take the reference math, which DTensor
+    propagates op by op (the fused autograd functions of trainer/fused/ops.py work on local tensors)."""
+    from torch.distributed.tensor.parallel import SequenceParallel
+
+    for name, style in plan.items():
+        if isinstance(style, SequenceParallel) and hasattr(root.get_submodule(name), "kernels"):
+            root.get_submodule(name).kernels = "reference"
 
 
 def _check_sequence_divisible(tp_size: int, module: nn.Module, args: tuple) -> None:

@@ -37,13 +37,16 @@ def tp_divides_attention_heads(f: Facts) -> Optional[Violation]:
                      f"set distributed.tp_size to a divisor of {heads}: {ok}")
 
 
+def _kv_heads_and_tp(f: Facts) -> tuple[Optional[int], int]:
+    """The model's KV heads (None when no model is known) and the layout's TP."""
+    return (None if f.model is None else f.model.num_key_value_heads), f.layout.tp
+
+
 @layout_rule("RA-L002", "error", "distributed.tp_size", "TP and KV heads divide one another",
              "mcore transformer_config: num_query_groups multiple or divisor of TP (raise)")
 def tp_and_kv_heads_compatible(f: Facts) -> Optional[Violation]:
-    if f.model is None:
-        return None
-    kv, tp = f.model.num_key_value_heads, f.layout.tp
-    if kv % tp == 0 or tp % kv == 0:
+    kv, tp = _kv_heads_and_tp(f)
+    if kv is None or kv % tp == 0 or tp % kv == 0:
         return None
     return Violation(f"tp_size={tp} and num_key_value_heads={kv} of {f.model.id} neither divide the other; "
                      "Megatron-Core rejects this",
@@ -53,10 +56,8 @@ def tp_and_kv_heads_compatible(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-L003", "warning", "distributed.tp_size", "TP divides the KV heads (seed's resizing rule)",
              "seed resizing rule 1; mbridge_rules 3h (code only needs multiple-or-divisor)")
 def tp_divides_kv_heads(f: Facts) -> Optional[Violation]:
-    if f.model is None:
-        return None
-    kv, tp = f.model.num_key_value_heads, f.layout.tp
-    if kv % tp == 0 or tp % kv:
+    kv, tp = _kv_heads_and_tp(f)
+    if kv is None or kv % tp == 0 or tp % kv:
         return None  # fine, or already an error under RA-L002
     return Violation(f"tp_size={tp} exceeds num_key_value_heads={kv}: each KV head is replicated "
                      f"{tp // kv}x, costing memory and bandwidth",
@@ -254,21 +255,25 @@ def global_batch_divides(f: Facts) -> Optional[Violation]:
                      f"or, as a new experiment, use global_batch_size {' or '.join(map(str, near))}")
 
 
+def _precision_without_tensor_cores(f: Facts, precision: str, capability: str, cores: str,
+                                    fix: str) -> Optional[Violation]:
+    """A violation when the config asks for ``precision`` on known hardware lacking ``capability``."""
+    hw = f.hardware
+    if f.precision != precision or hw is None or getattr(hw, capability):
+        return None
+    return Violation(f"precision {precision} on {hw.name}, which has no {cores} tensor cores", fix)
+
+
 @layout_rule("RA-P001", "error", "precision", "FP8 needs Hopper or newer",
              "Transformer Engine FP8 needs compute capability >= 8.9")
 def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
-    hw = f.hardware
-    if f.precision != "fp8" or hw is None or hw.supports_fp8:
-        return None
-    return Violation(f"precision fp8 on {hw.name}, which has no FP8 tensor cores",
-                     "use precision: bf16 on this hardware, or an H100/H200/B200-class GPU for fp8")
+    return _precision_without_tensor_cores(f, "fp8", "supports_fp8", "FP8",
+                                           "use precision: bf16 on this hardware, or an H100/H200/B200-class GPU "
+                                           "for fp8")
 
 
 @layout_rule("RA-P002", "error", "precision", "NVFP4 needs Blackwell or newer",
              "NVFP4 tensor cores exist from Blackwell on")
 def nvfp4_needs_hardware(f: Facts) -> Optional[Violation]:
-    hw = f.hardware
-    if f.precision != "nvfp4" or hw is None or hw.supports_fp4:
-        return None
-    return Violation(f"precision nvfp4 on {hw.name}, which has no FP4 tensor cores",
-                     "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")
+    return _precision_without_tensor_cores(f, "nvfp4", "supports_fp4", "FP4",
+                                           "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")

@@ -12,17 +12,18 @@ What each saves for backward (per token, activations in the input dtype):
 - RMSNorm reference keeps the fp32 upcast of x and the bf16 normalised output; "torch" keeps x
   and the fp32 1/rms per row (Zhang & Sennrich 2019), recomputing x_hat in backward.
 - SwiGLU reference keeps gate, silu(gate) and up; "torch" keeps gate and up only.
-- RoPE is linear in its input, so its backward is the inverse rotation: nothing but cos/sin.
+- RoPE is linear in its input, so its backward is the inverse rotation: nothing but cos/sin. The
+  model rotates q and k in the projections' [B, T, heads, d] layout: SDPA then reads transposed views
+  and writes its output in that layout, so the output projection's input is a view, not a copy.
 
-DTensor inputs (tensor/sequence parallel regions) take the reference math, which DTensor
-propagates op by op.
+Norms that tensor/sequence parallel hands DTensors (trainer/parallelize.py) are switched to the
+reference math, which DTensor propagates op by op.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor
 
 # ---- RMSNorm ------------------------------------------------------------------------------------
 
@@ -62,7 +63,7 @@ class RMSNormFunction(torch.autograd.Function):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, kernels: str = "torch") -> torch.Tensor:
-    if kernels == "reference" or isinstance(x, DTensor) or isinstance(weight, DTensor):
+    if kernels == "reference":
         return rms_norm_reference(x, weight, eps)
     if kernels == "liger":
         from liger_kernel.transformers.functional import liger_rms_norm
@@ -99,7 +100,7 @@ class SiluMulFunction(torch.autograd.Function):
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
-    if kernels == "reference" or isinstance(gate, DTensor):
+    if kernels == "reference":
         return silu_mul_reference(gate, up)
     if kernels == "liger":
         from liger_kernel.transformers.functional import liger_swiglu
@@ -116,17 +117,18 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, heads, T, head_dim]; cos/sin: [B, T, head_dim] (Hugging Face's half-split layout)."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads_dim: int = 1) -> torch.Tensor:
+    """x: [B, heads, T, head_dim] (``heads_dim`` 1) or [B, T, heads, head_dim] (2); cos/sin:
+    [B, T, head_dim] (Hugging Face's half-split layout; its ``unsqueeze_dim``)."""
+    cos, sin = cos.unsqueeze(heads_dim), sin.unsqueeze(heads_dim)
     return x * cos + rotate_half(x) * sin
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads_dim: int) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin on the two halves: cos and sin repeat their first half
     (emb = cat(freqs, freqs)), so half of each is enough. sin = -sin gives the inverse rotation."""
     half = x.shape[-1] // 2
-    c, s = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
+    c, s = cos[..., :half].unsqueeze(heads_dim), sin[..., :half].unsqueeze(heads_dim)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
@@ -135,24 +137,32 @@ class RotaryFunction(torch.autograd.Function):
     """Rotates q and k together; backward rotates the gradients by the opposite angle."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads_dim: int):
         ctx.save_for_backward(cos, sin)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        ctx.heads_dim = heads_dim
+        return _rotate(q, cos, sin, heads_dim), _rotate(k, cos, sin, heads_dim)
 
     @staticmethod
     def backward(ctx, dq: torch.Tensor, dk: torch.Tensor):
         cos, sin = ctx.saved_tensors
-        grad_q = _rotate(dq, cos, -sin) if dq is not None else None
-        grad_k = _rotate(dk, cos, -sin) if dk is not None else None
-        return grad_q, grad_k, None, None
+        grad_q = _rotate(dq, cos, -sin, ctx.heads_dim) if dq is not None else None
+        grad_k = _rotate(dk, cos, -sin, ctx.heads_dim) if dk is not None else None
+        return grad_q, grad_k, None, None, None
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-           kernels: str = "torch") -> tuple[torch.Tensor, torch.Tensor]:
-    if kernels == "reference" or isinstance(q, DTensor):
-        return rotary_reference(q, cos, sin), rotary_reference(k, cos, sin)
+           kernels: str = "torch", heads_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k rotated by position: [B, heads, T, head_dim] (``heads_dim`` 1, as Hugging Face) or
+    [B, T, heads, head_dim] (2, the projections' own layout, which the model uses)."""
+    if heads_dim not in (1, 2):
+        raise ValueError(f"heads_dim must be 1 or 2, got {heads_dim}")
+    if kernels == "reference":
+        return rotary_reference(q, cos, sin, heads_dim), rotary_reference(k, cos, sin, heads_dim)
     if kernels == "liger":
         from liger_kernel.transformers.functional import liger_rope
 
-        return liger_rope(q, k, cos, sin)
-    return RotaryFunction.apply(q, k, cos, sin)
+        if heads_dim == 1:
+            return liger_rope(q, k, cos, sin)
+        q_rot, k_rot = liger_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        return q_rot.transpose(1, 2), k_rot.transpose(1, 2)
+    return RotaryFunction.apply(q, k, cos, sin, heads_dim)
