@@ -22,6 +22,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from trainer.dotted import NotASection, with_dotted
 from trainer.overrides import BARE_FLOAT  # YAML 1.1 reads `1e-4` as a string; authors mean a float
+from trainer.overrides import ConfigError, coerce_value
+from trainer.overrides import parse_overrides as trainer_parse_overrides
 
 try:  # libyaml is several times faster and keeps marks
     from yaml import CSafeLoader as _Loader
@@ -243,46 +245,39 @@ class OverrideError(ValueError):
     pass
 
 
+MAX_OVERRIDE_CHARS = 10_000
+
+
 def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
-    """``--a.b v`` and ``--a.b=v`` pairs; values typed the way YAML types them."""
-    pairs: list[tuple[str, Any]] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--") or len(arg) == 2:
-            raise OverrideError(f"unexpected argument {arg!r}: overrides look like --section.key value")
-        key, eq, raw = arg[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(argv):
-                raise OverrideError(f"override --{key} needs a value: --{key} VALUE or --{key}=VALUE")
-            raw = argv[i + 1]
-            i += 1
-        i += 1
-        if not key or any(not part for part in key.split(".")):
-            raise OverrideError(f"override key {key!r} is malformed: use --section.key value")
-        pairs.append((key, _coerce(raw)))
-    return pairs
+    """``--a.b v`` and ``--a.b=v`` pairs split as the trainer splits them (one parser,
+    trainer/overrides.py), each value typed as YAML under this module's limits."""
+    try:
+        return trainer_parse_overrides(argv, coerce=_coerce)
+    except ConfigError as err:
+        raise OverrideError(str(err)) from None
 
 
 def _coerce(raw: str) -> Any:
-    if len(raw) > 10_000:
-        raise OverrideError("override value is over 10,000 characters")
-    if BARE_FLOAT.match(raw.strip()):
-        return float(raw)
+    """A value typed as the trainer types it, after the same size and alias-expansion limits as a
+    whole config: an override comes from a client as much as a posted file does."""
+    if len(raw) > MAX_OVERRIDE_CHARS:
+        raise OverrideError(f"override value is over {MAX_OVERRIDE_CHARS:,} characters")
     try:
-        value = yaml.load(raw, Loader=_Loader)
+        node = yaml.compose(raw, Loader=_Loader)
     except yaml.YAMLError:
-        return raw
-    # Keep strings that YAML would turn into dates or nulls by accident as given.
-    return raw if value is None and raw.strip().lower() not in ("null", "~", "none") else value
+        node = None
+    if node is not None:
+        try:
+            _check_expansion(node, "override")
+        except YamlError as err:
+            raise OverrideError(f"override value {err.reason}; {err.fix}") from None
+    return coerce_value(raw, loader=_Loader)
 
 
 def apply_overrides(data: dict, argv: list[str]) -> dict:
     """A deep copy of ``data`` with ``--a.b v`` overrides applied (missing sections are created)."""
-    pairs = [(key, None if isinstance(value, str) and value.lower() == "none" else value)
-             for key, value in parse_overrides(argv)]
     try:
-        return with_dotted(data, pairs)
+        return with_dotted(data, parse_overrides(argv))
     except NotASection as err:
         raise OverrideError(f"cannot set --{err.key}: {err.prefix} is a {type(err.value).__name__}, "
                             "not a section") from None

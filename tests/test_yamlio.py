@@ -122,3 +122,23 @@ def test_bad_overrides_explain(argv):
 def test_override_into_a_scalar_is_refused():
     with pytest.raises(OverrideError, match="not a section"):
         apply_overrides({"a": 1}, ["--a.b", "2"])
+
+
+def test_service_and_trainer_read_overrides_alike():
+    """`recommend --a.b v` and `train --a.b v` must mean the same config."""
+    from trainer.overrides import parse_overrides as trainer_parse
+
+    argv = ["--a.none", "none", "--a.null=null", "--a.empty=", "--a.lr", "3e-4", "--a.neg", "-2",
+            "--a.text", "2024-01-01x", "--a.list=[1, {b: 2}]", "--a.flag", "off"]
+    assert parse_overrides(argv) == trainer_parse(argv)
+    assert dict(parse_overrides(argv))["a.none"] is None and dict(parse_overrides(argv))["a.empty"] == ""
+
+
+def test_override_alias_bomb_is_refused_before_it_expands():
+    levels = ["&l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 8)]
+    bomb = "[" + ", ".join(levels) + "]"  # 10**8 values once expanded, 400 characters written
+    with pytest.raises(OverrideError, match="alias expansion"):
+        parse_overrides(["--model.junk", bomb])
+    with pytest.raises(OverrideError, match="over 10,000 characters"):
+        parse_overrides(["--model.junk", "x" * 10_001])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -64,14 +64,22 @@ _TrainerLoader.add_implicit_resolver(
 )
 
 
-def coerce_value(text: str) -> Any:
-    """Read one override value as YAML would: ``8`` -> 8, ``true`` -> True, ``[1, 2]`` -> list."""
+NULL_WORDS = ("null", "~", "none")  # `--key none` clears a key, as in NeMo AutoModel's CLI
+
+
+def coerce_value(text: str, loader: type | None = None) -> Any:
+    """Read one override value as YAML would: ``8`` -> 8, ``true`` -> True, ``[1, 2]`` -> list,
+    ``none``/``null`` -> None; anything YAML cannot read, or would turn into null by accident
+    (an empty value), stays the string given."""
     if BARE_FLOAT.match(text.strip()):
         return float(text)
+    if text.strip().lower() in NULL_WORDS:
+        return None
     try:
-        return yaml.load(text, Loader=_TrainerLoader)
+        value = yaml.load(text, Loader=loader or _TrainerLoader)
     except yaml.YAMLError:
         return text
+    return text if value is None else value
 
 
 def load_yaml_file(path: str | Path) -> dict:
@@ -103,8 +111,13 @@ def load_yaml_file(path: str | Path) -> dict:
     return data
 
 
-def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
-    """``["--a.b", "1", "--c=x"]`` -> ``[("a.b", 1), ("c", "x")]``; a ConfigError for anything else."""
+def parse_overrides(argv: list[str], coerce: Callable[[str], Any] | None = None) -> list[tuple[str, Any]]:
+    """``["--a.b", "1", "--c=x"]`` -> ``[("a.b", 1), ("c", "x")]``; a ConfigError for anything else.
+
+    ``coerce`` types each value (default :func:`coerce_value`); the service passes its own, which
+    parses with its size and alias limits, so both front ends split arguments the same way.
+    """
+    coerce = coerce or coerce_value
     pairs: list[tuple[str, Any]] = []
     i = 0
     while i < len(argv):
@@ -127,7 +140,7 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
             i += 2
         if not _KEY.match(key):
             raise ConfigError(f"override --{key}: not a dotted key like optimizer.lr")
-        pairs.append((key, coerce_value(value)))
+        pairs.append((key, coerce(value)))
     return pairs
 
 
