@@ -1,10 +1,11 @@
 """The planner's memory model (service/memory.py) next to what the bundled trainer measures.
 
-For each config the real recipe (`TrainFinetuneRecipe`, bf16 mixed precision through FSDP2's
-policy, as on a GPU) is set up and one optimizer step is measured on every rank by
-trainer/memory_probe.py: weights, gradients and optimizer states exactly (bytes of this rank's
-tensors), activations as the bytes allocated during the forward (model + loss) still alive when it
-ends, unsharded FSDP parameters apart. The estimate is `service.memory.estimate_memory` for the
+For each config the real recipe (`TrainFinetuneRecipe`; bf16 mixed precision through FSDP2's
+policy as on a GPU, autocast under DDP, or fp32) is set up and one optimizer step is measured on
+every rank by trainer/memory_probe.py: weights, gradients and optimizer states exactly (bytes of
+this rank's tensors), activations as the bytes allocated during the forward (model + loss) still
+alive when it ends, and FSDP2's unsharded parameters (with its all-gather buffers) at their most in
+backward. The estimate is `service.memory.estimate_memory` for the
 same model card (read from the same config.json), layout, world size and sequence length with
 `engine="bundled"`. Runs on CPU (gloo); 2-process configs run under torch.distributed.run.
 
@@ -27,22 +28,29 @@ sys.path.insert(0, str(REPO))
 SHAPE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
              num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
 SEQ, MICRO_BATCH = 512, 2
-# name -> (processes, distributed overrides, peft or None)
+LORA = {"rank": 8, "alpha": 16.0}
+# name -> (processes, distributed overrides, peft or None, precision)
 CONFIGS = {
-    "FSDP2 x1, recompute none": (1, {"activation_checkpointing": "none"}, None),
-    "FSDP2 x1, recompute selective": (1, {"activation_checkpointing": "selective"}, None),
-    "FSDP2 x1, recompute full": (1, {"activation_checkpointing": "full"}, None),
-    "FSDP2 x1, LoRA r8": (1, {"activation_checkpointing": "none"}, {"rank": 8, "alpha": 16.0}),
-    "FSDP2 x2, recompute none": (2, {"activation_checkpointing": "none"}, None),
-    "FSDP2 x2, recompute full": (2, {"activation_checkpointing": "full"}, None),
-    "DDP x2, recompute none": (2, {"strategy": "ddp", "activation_checkpointing": "none"}, None),
+    "FSDP2 x1, recompute none": (1, {"activation_checkpointing": "none"}, None, "bf16"),
+    "FSDP2 x1, recompute selective": (1, {"activation_checkpointing": "selective"}, None, "bf16"),
+    "FSDP2 x1, recompute full": (1, {"activation_checkpointing": "full"}, None, "bf16"),
+    "FSDP2 x1, LoRA r8": (1, {"activation_checkpointing": "none"}, LORA, "bf16"),
+    "FSDP2 x1, fp32": (1, {"activation_checkpointing": "none"}, None, "fp32"),
+    "FSDP2 x2, recompute none": (2, {"activation_checkpointing": "none"}, None, "bf16"),
+    "FSDP2 x2, recompute full": (2, {"activation_checkpointing": "full"}, None, "bf16"),
+    "FSDP2 x2, LoRA r8": (2, {"activation_checkpointing": "none"}, LORA, "bf16"),
+    "DDP x2, recompute none": (2, {"strategy": "ddp", "activation_checkpointing": "none"}, None, "bf16"),
+    "DDP x2, recompute selective": (2, {"strategy": "ddp", "activation_checkpointing": "selective"}, None, "bf16"),
+    "DDP x2, recompute full": (2, {"strategy": "ddp", "activation_checkpointing": "full"}, None, "bf16"),
 }
 TERMS = ("weights", "grads", "optimizer", "activations", "fsdp_unsharded")
 TERM_NAMES = {"weights": "weights (sharded)", "grads": "gradients (sharded)", "optimizer": "optimizer states",
-              "activations": "activations kept for backward", "fsdp_unsharded": "FSDP2 unsharded parameters (peak)"}
+              "activations": "activations kept for backward",
+              "fsdp_unsharded": "FSDP2 unsharded parameters (most in backward)"}
 
 
-def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft, seq: int = SEQ) -> dict:
+def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft, precision: str,
+                  seq: int = SEQ) -> dict:
     raw = {
         "model": {"pretrained_model_name_or_path": str(model_dir)},
         "step_scheduler": {"global_batch_size": MICRO_BATCH * nproc, "local_batch_size": MICRO_BATCH, "max_steps": 1},
@@ -50,7 +58,7 @@ def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict,
         "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": seq, "num_samples": 64},
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
         "checkpoint": {"enabled": False, "checkpoint_dir": str(out_dir)},
-        "precision": "bf16",
+        "precision": precision,
         "hardware": {"gpu_type": "cpu", "gpus_per_node": nproc},
     }
     if peft:
@@ -58,7 +66,7 @@ def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict,
     return raw
 
 
-def estimate(model_dir: Path, nproc: int, distributed: dict, peft, seq: int = SEQ) -> dict[str, float]:
+def estimate(model_dir: Path, nproc: int, distributed: dict, peft, precision: str, seq: int = SEQ) -> dict[str, float]:
     """The model's terms, split as the probe measures them: sharded training state, the FSDP2
     unsharded working set, activations kept for backward (full recompute's re-run layer apart)."""
     from recipe_index.models import card_from_config
@@ -72,13 +80,14 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft, seq: int = SE
     layout = Layout(micro_batch_size=MICRO_BATCH, recompute=recompute)
     sharding = "none" if distributed.get("strategy") == "ddp" else "full"
     model = MemoryModel(shape, world_size=nproc, seq_length=seq, engine="bundled", peft=peft is not None, cpu=True,
-                        precision="bf16", lora_rank=peft["rank"] if peft else None)
+                        precision=precision, lora_rank=peft["rank"] if peft else None)
     weights, grads, optimizer, activations = model.parts(layout, sharding, 1)
-    unsharded = fsdp2_working_set_bytes(shape) if sharding == "full" else 0.0
+    unsharded = (fsdp2_working_set_bytes(shape, dp_shards=nproc, param_bytes=model.compute_param_bytes)
+                 if sharding == "full" else 0.0)
     # Gradients carry FSDP's unsharded block gradients only with more than one shard (service/memory.py).
-    grad_blocks = (shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * C.DTYPE_BYTES["bf16"]
+    grad_blocks = (shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * model.compute_param_bytes
                    if sharding == "full" and nproc > 1 and peft is None else 0.0)
-    _, working = model._activation_per_token(1, False, recompute)
+    _, working = model._activation_per_token(1, False, recompute, sharding)
     return {"weights": weights - unsharded, "grads": grads - grad_blocks, "optimizer": optimizer,
             "activations": activations - working * MICRO_BATCH * seq, "fsdp_unsharded": unsharded,
             "recompute_working": working * MICRO_BATCH * seq}
@@ -115,7 +124,8 @@ def measure(raw: dict, nproc: int, folder: Path) -> dict[str, int]:
                          timeout=900)
     results = [line.split(" ", 2) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or len(results) != nproc:
-        raise SystemExit(f"measurement failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"measurement failed (exit {out.returncode}, {len(results)} of {nproc} ranks reported):\n"
+                         f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     per_rank = [json.loads(r[2]) for r in results]
     return {k: max(r[k] for r in per_rank) for k in per_rank[0]}  # the fullest rank, as the estimate
 
@@ -133,13 +143,30 @@ def compare(names: list[str], seq: int = SEQ) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_model_dir(Path(tmp) / "model")
         for name in names:
-            nproc, distributed, peft = CONFIGS[name]
+            nproc, distributed, peft, precision = CONFIGS[name]
             folder = Path(tmp) / f"run{len(rows)}"
             folder.mkdir()
-            measured = measure(recipe_config(model_dir, folder / "out", nproc, distributed, peft, seq), nproc, folder)
-            rows.append({"config": name, "measured": measured,
-                         "estimate": estimate(model_dir, nproc, distributed, peft, seq)})
+            raw = recipe_config(model_dir, folder / "out", nproc, distributed, peft, precision, seq)
+            rows.append({"config": name, "measured": measure(raw, nproc, folder),
+                         "estimate": estimate(model_dir, nproc, distributed, peft, precision, seq)})
     return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    """One line per config, "estimate / measured (ratio)" in MiB per term (benchmarks/README.md)."""
+    lines = ["| config | weights | gradients | optimizer | activations kept | FSDP2 unsharded |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = []
+        for term in TERMS:
+            est, got = row["estimate"][term], row["measured"][term]
+            if not est and not got:
+                cells.append("-")
+                continue
+            ratio = est / got if got else float("inf")
+            cells.append(f"{est / 2**20:.2f} / {got / 2**20:.2f}" + ("" if abs(ratio - 1) < 5e-4 else f" ({ratio:.2f})"))
+        lines.append(f"| {row['config']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -154,7 +181,8 @@ def main() -> None:
         return
     rows = compare(args.config or list(CONFIGS), args.seq)
     shape = ", ".join(f"{k}={v}" for k, v in SHAPE.items() if k != "max_position_embeddings")
-    print(f"{shape}; seq {args.seq}, micro-batch {MICRO_BATCH}, bf16 (FSDP2 mixed precision / DDP autocast), AdamW, CPU gloo")
+    print(f"{shape}; seq {args.seq}, micro-batch {MICRO_BATCH}, bf16 (FSDP2 mixed precision / DDP autocast) unless "
+          "named fp32, AdamW, CPU gloo")
     print("| config | term | estimate (MiB) | measured (MiB) | estimate / measured |")
     print("|---|---|---|---|---|")
     worst = 0.0
@@ -169,7 +197,11 @@ def main() -> None:
         if row["estimate"]["recompute_working"]:
             print(f"| {row['config']} | re-run layer in backward (modelled, not measured apart) | "
                   f"{row['estimate']['recompute_working'] / 2**20:.2f} | | |")
-    print(f"\nlargest deviation of a term: {worst:.1%}")
+        if row["measured"].get("fsdp_unsharded_forward"):
+            print(f"| {row['config']} | FSDP2 unsharded, most in forward (before the activations: see README) | | "
+                  f"{row['measured']['fsdp_unsharded_forward'] / 2**20:.2f} | |")
+    print(f"\nlargest deviation of a term: {worst:.1%}\n")
+    print(summary_table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -20,6 +20,9 @@ see torch's allocations and CPU torch keeps no allocator statistics). Both worke
 and transformers before anything is measured, so the import cost is equal; the table shows the
 whole-process peak and the peak above the RSS after imports (what training itself added).
 
+`--interleaved` runs both loops in each process, one step of each in turn, for a speed ratio that
+load from other processes disturbs less (memory is then not measured).
+
 Run: .venv/bin/python benchmarks/train_vs_hf.py [--rounds 3 --steps 4 --warmup 1 --threads 2]
      .venv/bin/python benchmarks/train_vs_hf.py --micro   (AdamW variants, loss chunk sizes)
 """
@@ -72,12 +75,12 @@ def mock_dataset(args, vocab: int):
 # ---- workers (one per subprocess) ---------------------------------------------------------------
 
 
-def run_ours(args, model_dir: Path, out_dir: Path) -> dict:
+def our_recipe(args, model_dir: Path, out_dir: Path, steps: int):
+    """The bundled trainer's recipe for this benchmark, set up (model, optimizer, data, loss)."""
     from trainer.config import parse_config
     from trainer.dist import init_distributed
     from trainer.recipes.train_ft import TrainFinetuneRecipe
 
-    steps = args.steps + args.warmup
     raw = {
         "model": {"pretrained_model_name_or_path": str(model_dir), **({"kernels": args.kernels} if args.kernels else {})},
         "step_scheduler": {"global_batch_size": args.batch, "local_batch_size": args.batch, "max_steps": steps,
@@ -99,30 +102,40 @@ def run_ours(args, model_dir: Path, out_dir: Path) -> dict:
     # As `python -m trainer CONFIG` runs it: a one-process group, so FSDP2 on a one-rank mesh.
     recipe = TrainFinetuneRecipe(parse_config(raw), raw, init_distributed("auto"))
     recipe.setup()
+    return recipe
+
+
+def run_ours(args, model_dir: Path, out_dir: Path) -> dict:
+    recipe = our_recipe(args, model_dir, out_dir, args.steps + args.warmup)
     # Time the loop's optimizer step (forward, backward, clip, step) as the reference loop is timed.
     timings: list[tuple[float, float]] = []
     step_fn = recipe._run_train_optim_step
 
+    profile: dict = {}
+
     def timed_step(micro_batches):
-        wall, cpu = time.perf_counter(), time.process_time()
-        out = step_fn(micro_batches)
-        timings.append((time.perf_counter() - wall, time.process_time() - cpu))
+        with profiled(args, len(timings), profile):
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = step_fn(micro_batches)
+            timings.append((time.perf_counter() - wall, time.process_time() - cpu))
         return out
 
     recipe._run_train_optim_step = timed_step
     recipe.run_train_validation_loop()
     rows = [json.loads(line) for line in (out_dir / "training.jsonl").read_text().splitlines()]
-    return summarize(args, timings, [r["loss"] for r in rows])
+    return dict(summarize(args, timings, [r["loss"] for r in rows]), profile=profile)
 
 
 def summarize(args, timings: list[tuple[float, float]], losses: list[float]) -> dict:
     timed = timings[args.warmup:]
     tokens = args.batch * args.seq * len(timed)
-    return {"tokens_per_s": tokens / sum(t[0] for t in timed),
-            "tokens_per_cpu_s": tokens / sum(t[1] for t in timed), "losses": losses}
+    # The fastest step is the least disturbed by other processes on a shared machine (as timeit's min).
+    return {"tokens_per_s": tokens / sum(t[0] for t in timed), "tokens_per_s_best": args.batch * args.seq
+            / min(t[0] for t in timed), "tokens_per_cpu_s": tokens / sum(t[1] for t in timed), "losses": losses}
 
 
-def run_hf(args, model_dir: Path) -> dict:
+def hf_loop(args, model_dir: Path):
+    """The reference loop: returns (inputs of step i, one optimizer step on those inputs -> loss)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -132,12 +145,12 @@ def run_hf(args, model_dir: Path) -> dict:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), **OPTIM)
     data = mock_dataset(args, config.vocab_size)
-    losses, timings = [], []
-    for step in range(args.steps + args.warmup):
+
+    def inputs(step: int):
         batch = [data[i] for i in range(step * args.batch, (step + 1) * args.batch)]
-        input_ids = torch.stack([b["input_ids"] for b in batch])
-        labels = torch.stack([b["labels"] for b in batch])
-        wall, cpu = time.perf_counter(), time.process_time()
+        return torch.stack([b["input_ids"] for b in batch]), torch.stack([b["labels"] for b in batch])
+
+    def step_fn(input_ids, labels) -> float:
         # MockDataset labels are already shifted; transformers shifts again, so pass unshifted targets
         # aligned its way: labels[t] is compared with logits[t-1].
         hf_labels = torch.cat([torch.full_like(labels[:, :1], -100), labels[:, :-1]], dim=1)
@@ -146,9 +159,83 @@ def run_hf(args, model_dir: Path) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        timings.append((time.perf_counter() - wall, time.process_time() - cpu))
-    return summarize(args, timings, losses)
+        return loss.item()
+
+    return inputs, step_fn
+
+
+def run_hf(args, model_dir: Path) -> dict:
+    inputs, step_fn = hf_loop(args, model_dir)
+    losses, timings, profile = [], [], {}
+    for step in range(args.steps + args.warmup):
+        batch = inputs(step)
+        with profiled(args, step, profile):
+            wall, cpu = time.perf_counter(), time.process_time()
+            losses.append(step_fn(*batch))
+            timings.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return dict(summarize(args, timings, losses), profile=profile)
+
+
+def run_interleaved(args, model_dir: Path, out_dir: Path) -> dict:
+    """Both loops in one process, one optimizer step of each in turn (hf, ours, ours, hf, ...), so a
+    burst of load from other processes hits both alike: the steadier ratio on a shared machine."""
+    steps = args.steps + args.warmup
+    recipe = our_recipe(args, model_dir, out_dir, steps)
+    our_inputs = (micro for _ in recipe.step_scheduler.epochs for micro in recipe.step_scheduler)
+    hf_inputs, hf_step = hf_loop(args, model_dir)
+    run = {"hf": lambda step: hf_step(*hf_inputs(step)),
+           "ours": lambda step: recipe._run_train_optim_step(next(our_inputs))[0]}
+    timings: dict[str, list[tuple[float, float]]] = {"hf": [], "ours": []}
+    losses: dict[str, list[float]] = {"hf": [], "ours": []}
+    recipe.model.train()
+    for step in range(steps):
+        for kind in (("hf", "ours") if step % 2 == 0 else ("ours", "hf")):
+            wall, cpu = time.perf_counter(), time.process_time()
+            losses[kind].append(run[kind](step))
+            timings[kind].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return {kind: summarize(args, timings[kind], losses[kind]) for kind in timings}
+
+
+# Self CPU time of the profiled step by kind of work (--profile). Op names as torch.profiler reports them.
+PROFILE_GROUPS = (
+    ("fp32 GEMMs", ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::addbmm")),
+    ("attention (SDPA)", ("scaled_dot_product", "flash_attention")),
+    ("log-softmax / cross-entropy", ("log_softmax", "nll_loss", "cross_entropy")),
+)
+
+
+def profile_groups(events) -> dict[str, float]:
+    """Seconds of self CPU time per PROFILE_GROUPS entry, the rest as "everything else"."""
+    out = {name: 0.0 for name, _ in PROFILE_GROUPS}
+    out["everything else"] = 0.0
+    for event in events:
+        seconds = event.self_cpu_time_total / 1e6
+        group = next((name for name, keys in PROFILE_GROUPS
+                      if event.key in keys or any(k in event.key for k in keys if not k.startswith("aten::"))),
+                     "everything else")
+        out[group] += seconds
+    return out
+
+
+class profiled:
+    """Profile the last untimed warm-up step when --profile is given; fill `into` with the groups."""
+
+    def __init__(self, args, step: int, into: dict) -> None:
+        self.active = args.profile and step == args.warmup - 1
+        self.into, self.prof = into, None
+
+    def __enter__(self):
+        if self.active:
+            import torch
+
+            self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.prof is not None:
+            self.prof.__exit__(*exc)
+            self.into.update(profile_groups(self.prof.key_averages()))
 
 
 def worker(args) -> None:
@@ -161,7 +248,12 @@ def worker(args) -> None:
     baseline = rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_model_dir(Path(tmp) / "model", args.layers, args.hidden, args.vocab)
-        result = run_ours(args, model_dir, Path(tmp) / "out") if args.worker == "ours" else run_hf(args, model_dir)
+        if args.worker == "both":
+            result = run_interleaved(args, model_dir, Path(tmp) / "out")
+        elif args.worker == "ours":
+            result = run_ours(args, model_dir, Path(tmp) / "out")
+        else:
+            result = run_hf(args, model_dir)
     result.update(peak_rss=peak_rss_bytes(), baseline_rss=baseline)
     print("RESULT " + json.dumps(result))
 
@@ -261,7 +353,44 @@ def forwarded_args(args) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    return out + (["--compile"] if args.compile else [])
+    return out + (["--compile"] if args.compile else []) + (["--profile"] if args.profile else [])
+
+
+def print_profile(runs: dict[str, list[dict]]) -> None:
+    """Median seconds per group of the profiled step, and each group's share of that step."""
+    print("\n| profiled step, self CPU time (median of runs) | reference | ours |")
+    print("|---|---|---|")
+    groups = [name for name, _ in PROFILE_GROUPS] + ["everything else"]
+    medians = {kind: {g: statistics.median(r["profile"][g] for r in runs[kind]) for g in groups} for kind in runs}
+    totals = {kind: sum(medians[kind].values()) for kind in runs}
+    for group in groups:
+        cells = [f"{medians[k][group]:.2f} s ({medians[k][group] / totals[k]:.0%})" for k in ("hf", "ours")]
+        print(f"| {group} | " + " | ".join(cells) + " |")
+    print(f"| step | {totals['hf']:.2f} s | {totals['ours']:.2f} s |")
+    gemm = [name for name, _ in PROFILE_GROUPS][:2]
+    bound = totals["hf"] / sum(medians["ours"][g] for g in gemm)
+    print(f"bound if all but GEMMs and attention were free: {bound:.2f}x")
+
+
+def interleaved(args) -> None:
+    """--interleaved: `rounds` fresh processes, each alternating steps of both loops; the ratio of
+    each process's tokens/s, then their median."""
+    ratios = {"tokens_per_s": [], "tokens_per_s_best": [], "tokens_per_cpu_s": []}
+    for i in range(args.rounds):
+        result = launch("both", args)
+        for key in ratios:
+            ratios[key].append(result["ours"][key] / result["hf"][key])
+        print(f"round {i + 1}: hf {result['hf']['tokens_per_s']:.0f} tokens/s ({result['hf']['tokens_per_cpu_s']:.0f} "
+              f"per CPU-second), ours {result['ours']['tokens_per_s']:.0f} ({result['ours']['tokens_per_cpu_s']:.0f}); "
+              f"ratio {ratios['tokens_per_s'][-1]:.2f}x", flush=True)
+    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, fp32, "
+          f"{args.threads} threads, steps alternating in one process, {args.steps} timed steps of each after "
+          f"{args.warmup}, {args.rounds} processes")
+    print("| ratio ours / reference (interleaved) | tokens/s | tokens/s, best step | tokens per CPU-second |")
+    print("|---|---|---|---|")
+    cells = " | ".join(f"{statistics.median(ratios[k]):.2f}x (runs {min(ratios[k]):.2f}-{max(ratios[k]):.2f})"
+                       for k in ratios)
+    print(f"| median of processes | {cells} |")
 
 
 def mib(n: float) -> str:
@@ -283,45 +412,60 @@ def main() -> None:
     parser.add_argument("--chunked", default=None, help="ours: loss_fn.chunked (default: auto)")
     parser.add_argument("--kernels", default=None, help="ours: model.kernels (default: auto)")
     parser.add_argument("--compile", action="store_true", help="ours: compile.enabled")
-    parser.add_argument("--worker", choices=("ours", "hf"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("ours", "hf", "both"), help=argparse.SUPPRESS)
+    parser.add_argument("--interleaved", action="store_true",
+                        help="speed only: both loops in each process, steps alternating (steadier under load)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--micro", action="store_true", help="AdamW variants and loss chunk sizes only")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the last warm-up step of each run (GEMM share etc.; needs --warmup 2+)")
     args = parser.parse_args()
     if args.micro:
         micro(args)
         return
+    if args.profile and args.warmup < 2:
+        parser.error("--profile profiles the last warm-up step, after the first (which pays one-off costs): "
+                     "use --warmup 2 or more")
     if args.chunked in ("true", "false"):
         args.chunked = args.chunked == "true"
     if args.worker:
         worker(args)
         return
 
+    if args.interleaved:
+        interleaved(args)
+        return
     runs: dict[str, list[dict]] = {"hf": [], "ours": []}
     for i in range(args.rounds):
         for kind in (("hf", "ours") if i % 2 == 0 else ("ours", "hf")):
             result = launch(kind, args)
             runs[kind].append(result)
-            print(f"round {i + 1} {kind}: {result['tokens_per_s']:.0f} tokens/s "
-                  f"({result['tokens_per_cpu_s']:.0f} per CPU-second), peak RSS {mib(result['peak_rss'])} MiB "
+            print(f"round {i + 1} {kind}: {result['tokens_per_s']:.0f} tokens/s, best step "
+                  f"{result['tokens_per_s_best']:.0f} ({result['tokens_per_cpu_s']:.0f} per CPU-second), peak RSS {mib(result['peak_rss'])} MiB "
                   f"(+{mib(result['peak_rss'] - result['baseline_rss'])} over imports)", flush=True)
 
     def median(kind: str, key) -> float:
         return statistics.median(key(r) for r in runs[kind])
 
-    rows = {kind: (median(kind, lambda r: r["tokens_per_s"]), median(kind, lambda r: r["tokens_per_cpu_s"]),
-                   median(kind, lambda r: r["peak_rss"]), median(kind, lambda r: r["peak_rss"] - r["baseline_rss"]))
+    rows = {kind: (median(kind, lambda r: r["tokens_per_s"]), median(kind, lambda r: r["tokens_per_s_best"]),
+                   median(kind, lambda r: r["tokens_per_cpu_s"]), median(kind, lambda r: r["peak_rss"]),
+                   median(kind, lambda r: r["peak_rss"] - r["baseline_rss"]))
             for kind in runs}
-    (hf_tps, hf_cpu, hf_peak, hf_train), (our_tps, our_cpu, our_peak, our_train) = rows["hf"], rows["ours"]
+    (hf_tps, hf_best, hf_cpu, hf_peak, hf_train) = rows["hf"]
+    (our_tps, our_best, our_cpu, our_peak, our_train) = rows["ours"]
     print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, fp32, "
           f"{args.threads} threads, {args.steps} timed steps after {args.warmup}, median of {args.rounds} runs each")
-    print("| loop | tokens/s | tokens per CPU-second | peak RSS (MiB) | peak RSS above imports (MiB) |")
-    print("|---|---|---|---|---|")
-    print(f"| transformers LlamaForCausalLM + AdamW (reference) | {hf_tps:.0f} | {hf_cpu:.0f} | {mib(hf_peak)} | "
-          f"{mib(hf_train)} |")
-    print(f"| bundled trainer (TrainFinetuneRecipe) | {our_tps:.0f} | {our_cpu:.0f} | {mib(our_peak)} | "
-          f"{mib(our_train)} |")
-    print(f"| ratio ours / reference | {our_tps / hf_tps:.2f}x | {our_cpu / hf_cpu:.2f}x | {our_peak / hf_peak:.2f}x | "
-          f"{our_train / hf_train:.2f}x |")
+    print("| loop | tokens/s | tokens/s, best step | tokens per CPU-second | peak RSS (MiB) | "
+          "peak RSS above imports (MiB) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| transformers LlamaForCausalLM + AdamW (reference) | {hf_tps:.0f} | {hf_best:.0f} | {hf_cpu:.0f} | "
+          f"{mib(hf_peak)} | {mib(hf_train)} |")
+    print(f"| bundled trainer (TrainFinetuneRecipe) | {our_tps:.0f} | {our_best:.0f} | {our_cpu:.0f} | "
+          f"{mib(our_peak)} | {mib(our_train)} |")
+    print(f"| ratio ours / reference | {our_tps / hf_tps:.2f}x | {our_best / hf_best:.2f}x | {our_cpu / hf_cpu:.2f}x | "
+          f"{our_peak / hf_peak:.2f}x | {our_train / hf_train:.2f}x |")
+    if args.profile:
+        print_profile(runs)
     first = {k: [round(x, 3) for x in runs[k][0]["losses"]] for k in runs}
     print(f"first-run losses: hf {first['hf']}, ours {first['ours']}")
     if args.json:

@@ -39,6 +39,12 @@ _EXECUTION_WORDS = re.compile(r"dispatcher|deepep|hybridep|flex|overlap|fusion|f
                               r"async_save|ckpt_format|backend", re.IGNORECASE)
 # Section (or dotted prefix) -> layer, longest prefix first.
 _SECTION_LAYER = (
+    # The bundled trainer's fast paths (trainer/fast_paths.py): same math, other kernels; they change
+    # rounding only, as an attention backend or a fused optimizer step does.
+    ("model.kernels", "execution"),
+    ("loss_fn.chunked", "execution"),
+    ("loss_fn.chunk_size", "execution"),
+    ("optimizer.foreach", "execution"),
     ("step_scheduler.local_batch_size", "execution"),
     ("step_scheduler.log_interval", "execution"),
     ("step_scheduler.val_check_interval", "execution"),

@@ -36,6 +36,8 @@ from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, g
                              needs_explicit_layout, plan)
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
+from trainer.dotted import get_dotted as _get, set_dotted
+from trainer.fast_paths import default_fast_paths
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "launch"
 RENDEZVOUS_PORT = 29500
@@ -167,23 +169,8 @@ def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world:
 
 
 def _set(data: dict, dotted: str, value) -> None:
-    node = data
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    if value is None:
-        node.pop(leaf, None)
-    else:
-        node[leaf] = value
-
-
-def _get(data: dict, dotted: str):
-    node = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+    """Set a dotted key; None removes it, so the engine's default applies."""
+    set_dotted(data, dotted, value, none_removes=True)
 
 
 def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None:
@@ -286,6 +273,13 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     name = _metadata(config, card, goal, engine, request, recipe)
     if engine == "bundled":
         _set(config, "checkpoint.checkpoint_dir", f"checkpoints/{name}")
+        # The trainer's fast paths for this hardware (execution settings), where the recipe is silent.
+        hw = request.hardware
+        for key, value in default_fast_paths(hw.name, hw.arch, _get(config, "optimizer._target_"),
+                                             _get(config, "loss_fn._target_"),
+                                             _get(config, "step_scheduler.max_steps")).items():
+            if _get(config, key) is None:
+                _set(config, key, value)
     if overrides:
         config = apply_overrides(config, overrides)
     return base, config

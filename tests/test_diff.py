@@ -77,6 +77,18 @@ def test_moe_transport_is_execution():
     assert classify("compile.enabled", False, True)[0] == "execution"
 
 
+def test_trainer_fast_paths_are_execution():
+    edits = {"model__kernels": "liger", "model__attn_implementation": "sdpa", "loss_fn__chunked": "auto",
+             "loss_fn__chunk_size": 512, "optimizer__fused": True, "optimizer__foreach": False,
+             "compile__enabled": True}
+    got = layers(changed(**edits))
+    assert got == {key.replace("__", "."): "execution" for key in edits}
+    assert "same experiment" in verdict(diff(BASE, changed(**edits)))
+    # The loss itself and the optimizer's hyper-parameters stay convergence.
+    assert classify("loss_fn._target_", "trainer.loss.causal_lm_loss", "my.loss")[0] == "convergence"
+    assert classify("optimizer.lr", 3e-4, 1e-4)[0] == "convergence"
+
+
 def test_added_and_removed_keys_are_listed():
     new = changed()
     del new["dataset"]["packed_sequence"]

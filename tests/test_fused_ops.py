@@ -78,6 +78,25 @@ def test_rotary_matches_reference(family: str, dtype) -> None:
                  _grads(lambda a, b: rotary(a, b, cos, sin, "reference"), q, k), dtype)
 
 
+@pytest.mark.parametrize("kernels", ["torch", "reference"])
+def test_rotary_in_the_projection_layout_equals_the_heads_first_layout(kernels: str) -> None:
+    """heads_dim=2 rotates [B, T, heads, d] (the model's layout) exactly as heads_dim=1 rotates the
+    transposed tensor; the rotated q then gives an SDPA output whose o_proj input is a view."""
+    config = tiny_config("llama3", head_dim=16)
+    cos, sin = RotaryEmbedding(config)(torch.arange(11).unsqueeze(0), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 11, 4, 16, generator=gen), torch.randn(2, 11, 2, 16, generator=gen)
+    heads_first = _grads(lambda a, b: tuple(t.transpose(1, 2) for t in rotary(a.transpose(1, 2), b.transpose(1, 2),
+                                                                                cos, sin, kernels)), q, k)
+    _assert_same(_grads(lambda a, b: rotary(a, b, cos, sin, kernels, heads_dim=2), q, k), heads_first, torch.float32)
+    q_rot, k_rot = rotary(q, k, cos, sin, kernels, heads_dim=2)
+    out = torch.nn.functional.scaled_dot_product_attention(q_rot.transpose(1, 2), k_rot.transpose(1, 2),
+                                                           k_rot.transpose(1, 2), is_causal=True, enable_gqa=True)
+    assert out.transpose(1, 2).is_contiguous()
+    with pytest.raises(ValueError, match="heads_dim"):
+        rotary(q, k, cos, sin, kernels, heads_dim=3)
+
+
 def _saved_bytes(fn, *tensors) -> int:
     """Bytes of the distinct storages autograd saves for backward while `fn` runs."""
     seen: dict[int, int] = {}

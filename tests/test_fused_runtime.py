@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.fast_paths import default_fast_paths
+from trainer.fast_paths import CPU_COMPILE_MIN_STEPS, FUSED_OPTIMIZERS, default_fast_paths
 from trainer.fused.runtime import (check_fp8, cpu_has_native_bf16, cpu_precision_warning, fast_optimizer_kwargs,
                                    fp8_module_filter, liger_available, resolve_kernels, resolve_loss_kernels)
 from trainer.loss import causal_lm_loss
@@ -135,8 +135,53 @@ def test_default_fast_paths_per_hardware() -> None:
                       "model.kernels": "auto", "compile.enabled": True}
     cpu = default_fast_paths("cpu", "cpu")
     assert cpu["compile.enabled"] is False and cpu["model.kernels"] == "torch" and cpu["optimizer.fused"] is True
+    # Compilation pays off on CPU only over long runs.
+    assert default_fast_paths("cpu", "cpu", max_steps=CPU_COMPILE_MIN_STEPS - 1)["compile.enabled"] is False
+    assert default_fast_paths("cpu", "cpu", max_steps=CPU_COMPILE_MIN_STEPS)["compile.enabled"] is True
+    assert default_fast_paths("h100", "hopper", max_steps=10)["compile.enabled"] is True
     assert "optimizer.fused" not in default_fast_paths("h100", "hopper", optimizer_target="torch.optim.RMSprop")
     assert "compile.enabled" not in default_fast_paths("mi300x", "cdna3")
+
+
+def test_fast_paths_leave_a_custom_loss_alone() -> None:
+    assert default_fast_paths("h100", "hopper", loss_target="trainer.loss.causal_lm_loss")["loss_fn.chunked"] == "auto"
+    assert "loss_fn.chunked" not in default_fast_paths("h100", "hopper", loss_target="torch.nn.CrossEntropyLoss")
+
+
+def test_capabilities_declare_what_exists() -> None:
+    from trainer.capabilities import CAPABILITIES, supports_precision
+    from trainer.fused import linear_cross_entropy, ops
+    from trainer.fused.runtime import KERNEL_SETTINGS
+
+    assert set(CAPABILITIES["kernels"]) == set(KERNEL_SETTINGS)
+    assert all(callable(getattr(ops, name)) for name in CAPABILITIES["fused_ops"])
+    assert CAPABILITIES["fused_loss"] and callable(linear_cross_entropy.linear_cross_entropy)
+    assert set(CAPABILITIES["fused_optimizers"]) == set(FUSED_OPTIMIZERS)
+    # fp8: torchao float8 on compute capability 8.9+ (Ada and newer), data parallel only; never on CPU.
+    assert supports_precision("fp8", "hopper") and supports_precision("fp8", "ada")
+    assert not supports_precision("fp8", "ampere") and not supports_precision("fp8", "cpu")
+    assert not supports_precision("fp8", None) and not supports_precision("fp8", "hopper", tp_size=2)
+    assert supports_precision("bf16", "cpu") and not supports_precision("nvfp4", "blackwell")
+    with pytest.raises(ConfigError, match="compute capability"):
+        check_fp8("cuda", (8, 0))  # ampere: refused by the trainer, as declared
+    assert check_fp8_allows("cuda", (8, 9)) and check_fp8_allows("cuda", (9, 0))
+
+
+def check_fp8_allows(device_type: str, capability: tuple[int, int]) -> bool:
+    """check_fp8 passes the device check (it may still ask for torchao, an optional extra)."""
+    try:
+        check_fp8(device_type, capability)
+    except ConfigError as err:
+        return "torchao" in str(err)
+    return True
+
+
+def test_capabilities_and_fast_paths_import_without_torch() -> None:
+    code = ("import sys\nimport trainer.capabilities, trainer.fast_paths\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_recipe_runs_the_fast_paths_by_default(tmp_path) -> None:

@@ -11,6 +11,7 @@ from service.cli import main
 from service.planner import PlanError
 from service.recommend import Impossible, recommend
 from service.validate import validate_text
+from trainer.dotted import get_dotted
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +131,32 @@ def test_json_output_has_config_layout_and_commands(capsys):
     assert yaml.safe_load(data["config_yaml"]) == data["config"]
     report = validate_text(data["config_yaml"])
     assert report.errors == 0
+
+
+@pytest.mark.parametrize("gpu_type, gpus, expected", [
+    ("h100", 8, {"compile.enabled": True, "model.kernels": "auto", "loss_fn.chunked": "auto",
+                 "optimizer.fused": True, "model.attn_implementation": "sdpa"}),
+    ("cpu", 2, {"compile.enabled": False, "model.kernels": "torch", "loss_fn.chunked": "auto",
+                "optimizer.fused": True, "model.attn_implementation": "sdpa"}),
+])
+def test_bundled_config_turns_on_the_fast_paths_of_its_hardware(gpu_type, gpus, expected):
+    from trainer.config import parse_config
+
+    rec = recommend("tiny-llama", gpus, gpu_type, engine="bundled")
+    assert {key: get_dotted(rec.config, key) for key in expected} == expected
+    assert rec.errors == 0 and validate_text(rec.config_yaml).errors == 0
+    parse_config(yaml.safe_load(rec.config_yaml))  # the trainer's own schema reads it
+    # Fast paths are execution settings: the change list says so.
+    layers = {c.key: c.layer for c in rec.changes if c.key in expected}
+    assert layers and set(layers.values()) == {"execution"}
+
+
+def test_user_overrides_win_over_the_fast_paths():
+    rec = recommend("tiny-llama", 1, "h100", engine="bundled",
+                    overrides=["--compile.enabled", "false", "--model.kernels", "reference", "--loss_fn.chunked=false"])
+    assert get_dotted(rec.config, "compile.enabled") is False and get_dotted(rec.config, "model.kernels") == "reference"
+    assert get_dotted(rec.config, "loss_fn.chunked") is False and rec.errors == 0
+
+
+def test_megatron_configs_get_no_bundled_fast_paths(llama_16):
+    assert "kernels" not in llama_16.config.get("model", {}) and "loss_fn" not in llama_16.config

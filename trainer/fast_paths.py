@@ -10,9 +10,11 @@ convergence): kernels and loss fusion change rounding only.
 | model.kernels | auto (Liger when installed, else torch) | torch (memory-lean autograd functions) |
 | loss_fn.chunked | auto (fused linear + cross-entropy unless TP) | auto |
 | optimizer.fused | true (one kernel per step) | true (CPU fused AdamW, torch >= 2.4) |
-| compile.enabled | true (inductor per block) | false (compile time outweighs short CPU runs) |
+| compile.enabled | true (inductor per block) | true from CPU_COMPILE_MIN_STEPS steps, else false |
 
-Measured in benchmarks/README.md ("Trainer speed" section). FP8 is a precision, i.e. a
+On CPU inductor's C++ kernels made a step ~5 % faster (4-layer, hidden-256 Llama) but cost 20-45 s
+of compilation per process, so they pay off only on long runs; the smoke-test recipes run 24-40
+steps. Measured in benchmarks/README.md ("Trainer speed" section). FP8 is a precision, i.e. a
 convergence choice the planner makes, not a default here (trainer/fused/runtime.py runs it).
 """
 
@@ -24,18 +26,29 @@ from typing import Any, Optional
 GPU_ARCHS = ("ampere", "ada", "hopper", "blackwell", "rubin")
 # torch optimizers with a fused (single-kernel) step on CPU and CUDA.
 FUSED_OPTIMIZERS = ("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD", "torch.optim.Adagrad")
+# `loss_fn._target_` values that take `chunked` / `chunk_size` (None: the trainer's default loss).
+TRAINER_LOSSES = (None, "trainer.loss.causal_lm_loss")
+# Steps from which compiling the blocks pays off on CPU: ~0.2 s saved per step of the benchmark
+# model against 20-45 s of compilation per process (benchmarks/README.md, "Trainer speed").
+CPU_COMPILE_MIN_STEPS = 200
 
 
-def default_fast_paths(gpu_type: str, arch: str, optimizer_target: Optional[str] = "torch.optim.AdamW") -> dict[str, Any]:
+def default_fast_paths(gpu_type: str, arch: str, optimizer_target: Optional[str] = "torch.optim.AdamW",
+                       loss_target: Optional[str] = None, max_steps: Optional[int] = None) -> dict[str, Any]:
     """Dotted config keys -> values that turn on the fast paths for hardware `gpu_type` of `arch`
     (the `arch` field of a recipe_index HardwareCard: "hopper", "cpu", ...). `optimizer.fused`
-    is included only for an `optimizer_target` that has a fused step."""
+    is included only for an `optimizer_target` that has a fused step, `loss_fn.chunked` only for
+    the trainer's own loss (`loss_target` None or trainer.loss.causal_lm_loss); on CPU the blocks
+    are compiled when the run has at least CPU_COMPILE_MIN_STEPS steps (`max_steps`)."""
     arch = (arch or "").lower()
-    common: dict[str, Any] = {"model.attn_implementation": "sdpa", "loss_fn.chunked": "auto"}
+    common: dict[str, Any] = {"model.attn_implementation": "sdpa"}
+    if loss_target in TRAINER_LOSSES:
+        common["loss_fn.chunked"] = "auto"
     if optimizer_target in FUSED_OPTIMIZERS:
         common["optimizer.fused"] = True
     if arch == "cpu" or (gpu_type or "").lower() == "cpu":
-        return {**common, "model.kernels": "torch", "compile.enabled": False}
+        long_run = max_steps is not None and max_steps >= CPU_COMPILE_MIN_STEPS
+        return {**common, "model.kernels": "torch", "compile.enabled": long_run}
     if arch in GPU_ARCHS:
         return {**common, "model.kernels": "auto", "compile.enabled": True}
     # An accelerator we have no measurements for: the portable paths only.

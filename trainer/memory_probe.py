@@ -12,7 +12,11 @@ side by side (benchmarks/estimate_vs_measured.py, tests/test_estimates_*.py):
   see what non-reentrant activation checkpointing holds). Storages of parameters (FSDP2's
   unsharded copies) are left out: they are the FSDP working set, counted separately. Also the
   peak over forward and backward (gradients and parameters left out);
-- FSDP working set: the most bytes of unsharded parameters alive at once.
+- FSDP working set: the most bytes of unsharded parameters alive at once in backward, which starts
+  with the activations at their peak, counting the all-gather output buffers FSDP2 holds for
+  prefetched blocks as well as the unsharded parameters themselves. The forward's most is reported
+  apart: it briefly holds the root twice (its parameters and its all-gather output until the first
+  block's copy-out) while hardly any activation exists yet.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class MeasuredMemory:
     activations: int = 0
     activations_peak: int = 0
     fsdp_unsharded: int = 0
+    fsdp_unsharded_forward: int = 0
 
     def gib(self) -> dict[str, float]:
         return {k: v / 2**30 for k, v in self.__dict__.items()}
@@ -69,18 +74,28 @@ class LiveBytes(TorchDispatchMode):
     """Storages created by ops inside the mode and not yet freed; `on_op` runs after every op.
 
     Sizes are read when asked (`bytes_of`), so a storage FSDP2 resizes to zero after use (its
-    unsharded parameters) counts only while it holds data.
+    unsharded parameters) counts only while it holds data. `all_gather_buffers` are the storages
+    FSDP2 all-gathers parameters into (the `all_gather_output` of its `fsdp.all_gather_copy_in` op):
+    a prefetched block lives there until its copy-out into the unsharded parameters.
     """
 
     def __init__(self, on_op: Optional[Callable[["LiveBytes"], None]] = None) -> None:
         super().__init__()
         self.storages: dict[int, weakref.ref] = {}
+        self.all_gather_buffers: set[int] = set()
         self.on_op = on_op
 
     def _free(self, key: int) -> None:
+        # The key is a StorageImpl address, which a later allocation may reuse: forget it entirely.
         self.storages.pop(key, None)
+        self.all_gather_buffers.discard(key)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _ALL_GATHER_COPY_IN:
+            buffer = args[1].untyped_storage()
+            self.all_gather_buffers.add(buffer._cdata)
+            if buffer._cdata not in self.storages:  # allocated before the mode: still forget it when freed
+                weakref.finalize(buffer, self._free, buffer._cdata)
         out = func(*args, **(kwargs or {}))
         # Views and in-place ops return their input's storage: that memory was not allocated here.
         inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0]
@@ -98,13 +113,26 @@ class LiveBytes(TorchDispatchMode):
             self.on_op(self)
         return out
 
-    def bytes_of(self, exclude: set[int] = frozenset()) -> int:
+    def bytes_of(self, exclude: set[int] = frozenset(), only: Optional[set[int]] = None) -> int:
         total = 0
         for key, ref in list(self.storages.items()):
             storage = ref()
-            if storage is not None and key not in exclude:
+            if storage is not None and key not in exclude and (only is None or key in only):
                 total += storage.nbytes()
         return total
+
+
+def _all_gather_copy_in_op():
+    """FSDP2's copy-in op (registered when torch.distributed.fsdp is imported), or None."""
+    try:
+        import torch.distributed.fsdp  # noqa: F401  (registers torch.ops.fsdp)
+
+        return torch.ops.fsdp.all_gather_copy_in.default
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+_ALL_GATHER_COPY_IN = _all_gather_copy_in_op()
 
 
 def _storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
@@ -122,15 +150,17 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
 
     activations: alive when the forward (model + loss) ends; activations_peak: the most alive at
     any op of forward and backward, gradients and unsharded parameters left out (with full
-    recompute it adds the re-run layer); fsdp_unsharded: the most unsharded-parameter bytes
-    alive at once (FSDP2's all-gathered copies; 0 without FSDP2).
+    recompute it adds the re-run layer); fsdp_unsharded: the most bytes of unsharded parameters
+    and FSDP2 all-gather buffers alive at once in backward (0 without FSDP2);
+    fsdp_unsharded_forward: the same in forward.
     """
     micro_batches = next(iter(recipe.step_scheduler))
     if len(micro_batches) != 1:
         raise ValueError("measure with one micro-batch per step: set local_batch_size = global / dp")
     model = recipe.model
     measured = MeasuredMemory(weights=weight_bytes(model))
-    peaks = {"acts": 0, "params": 0}
+    peaks = {"acts": 0, "forward": 0, "backward": 0}
+    phase = {"name": "forward"}
 
     from torch.distributed.tensor import DTensor
 
@@ -142,16 +172,20 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
         grads = _storages(p.grad for p in model.parameters() if p.grad is not None)
         if sharded:
             unsharded = _storages(p for p in model.parameters() if not isinstance(p, DTensor))
-            peaks["params"] = max(peaks["params"], sum(unsharded.values()))
-        peaks["acts"] = max(peaks["acts"], tracker.bytes_of(set(params) | set(grads)))
+            held = sum(unsharded.values()) + tracker.bytes_of(set(unsharded), only=tracker.all_gather_buffers)
+            peaks[phase["name"]] = max(peaks[phase["name"]], held)
+        not_activations = set(params) | set(grads) | tracker.all_gather_buffers
+        peaks["acts"] = max(peaks["acts"], tracker.bytes_of(not_activations))
 
     model.train()
     with LiveBytes(on_op) as tracker:
         loss_sum = recipe._forward_loss(micro_batches[0])[0]
-        measured.activations = tracker.bytes_of(set(_storages(model.parameters())))
+        measured.activations = tracker.bytes_of(set(_storages(model.parameters())) | tracker.all_gather_buffers)
+        phase["name"] = "backward"
         loss_sum.backward()
     measured.activations_peak = peaks["acts"]
-    measured.fsdp_unsharded = peaks["params"]
+    measured.fsdp_unsharded = peaks["backward"]
+    measured.fsdp_unsharded_forward = peaks["forward"]
     measured.grads = grad_bytes(model)
     recipe.optimizer.step()
     recipe.optimizer.zero_grad(set_to_none=True)

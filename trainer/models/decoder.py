@@ -93,8 +93,10 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(bsz, seq_len, -1, self.head_dim)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
+        # RoPE before the transpose: q and k stay [B, T, heads, d] in memory, so SDPA's output does
+        # too and the reshape for o_proj below is a view instead of a copy (trainer/fused/ops.py).
+        q, k = rotary(q, k, cos, sin, self.kernels, heads_dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = rotary(q, k, cos, sin, self.kernels)
         mask = None
         if self.sliding_window is not None and seq_len > self.sliding_window:
             mask = _window_mask(seq_len, self.sliding_window, x.device)
