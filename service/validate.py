@@ -160,10 +160,20 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
     extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
     if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
         extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
+    if d.strategy != "megatron":
+        extra["fused_loss"] = _fused_loss(cfg)
     return Facts(layout=layout, world_size=gpus_per_node * num_nodes, model=model, hardware=hardware,
                  gpus_per_node=gpus_per_node, global_batch_size=cfg.step_scheduler.global_batch_size,
                  seq_length=cfg.seq_length, model_seq_length=cfg.model.seq_length, precision=cfg.precision,
                  mode=mode, strategy=d.strategy, peft=cfg.peft is not None, extra=extra)
+
+
+def _fused_loss(cfg: RecipeConfig) -> bool:
+    """Whether the bundled trainer runs its chunked linear + cross-entropy (no full logits): only its
+    own loss does, and only unless the config turns ``loss_fn.chunked`` off (trainer/loss.py)."""
+    from trainer.fast_paths import TRAINER_LOSSES
+
+    return cfg.loss_fn.target in TRAINER_LOSSES and cfg.loss_fn.kwargs().get("chunked", "auto") is not False
 
 
 def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,

@@ -180,3 +180,19 @@ def test_check_layout_uses_every_rule_even_when_one_module_was_imported_first():
             "print(sorted(x.code for x in check_layout(f)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "RA-E001" in out
+
+
+def test_memory_fit_counts_the_logits_when_the_chunked_loss_is_off(tmp_path):
+    """The bundled trainer's fused loss never holds [tokens, vocab] logits; `loss_fn.chunked: false`
+    (or another loss) does, and the memory-fit rule must see it (service/validate.py _fused_loss)."""
+    folder = tmp_path / "wide-vocab"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(DENSE, vocab_size=256_000)))
+    config = base(str(folder))
+    for key, value in {"distributed.strategy": "fsdp2", "distributed.tp_size": 1,
+                       "distributed.sequence_parallel": False, "distributed.activation_checkpointing": "full",
+                       "step_scheduler.local_batch_size": 8, "step_scheduler.global_batch_size": 64}.items():
+        set_dotted(config, key, value)
+    assert "RA-M002" not in codes(config)
+    set_dotted(config, "loss_fn.chunked", False)  # 8 x 4096 tokens x 256k vocab of fp32 logits: ~80 GB
+    assert "RA-M002" in codes(config)

@@ -63,7 +63,8 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     if engine == "bundled" and sharding == "optimizer":
         sharding = "full"
     model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length, engine=engine,
-                        peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision)
+                        peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
+                        fused_loss=f.extra.get("fused_loss", True))
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
     total = estimate.total
