@@ -1,8 +1,8 @@
 """The bundled trainer's fast paths that apply to a target machine, as config keys. Pure data, no torch.
 
 The recommender (service/recommend.py build_config) calls `default_fast_paths(hw.name, hw.arch, ...)`
-for `--engine bundled` and sets each dotted key the base recipe leaves unset. Every key is an execution setting (same math, same
-convergence): kernels and loss fusion change rounding only.
+for `--engine bundled` and sets each dotted key the base recipe leaves unset. Every key is an
+execution setting (same math, same convergence): kernels and loss fusion change rounding only.
 
 | key | GPU (ampere and newer) | CPU |
 |---|---|---|
