@@ -185,6 +185,11 @@ MOE_EXPERT_LOAD_CV = 0.05
 # tie, ordered by the seed's preferences (no CP, smaller TP, larger EP): the model's own error
 # is of this order (memory: about 10 % against published measurements, benchmarks/README.md).
 ESTIMATE_TIE_TOLERANCE = 0.10
+# A pipeline stage thinner than this many decoder layers is a tie-break loser: Megatron places
+# whole layers, so one layer of imbalance (the embedding on the first stage, the LM head and loss
+# on the last, an uneven split) is 25 % or more of such a stage, beyond what the estimate resolves.
+# Checked on the expert-layout benchmark (thresholds 4-6 agree; 3 and 8 do worse).
+MIN_LAYERS_PER_STAGE = 4
 # Sequences longer than this are "long context": the seed's decision tree turns to CP there.
 LONG_CONTEXT = 8192
 

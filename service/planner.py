@@ -6,9 +6,9 @@ micro batch for the world size; prune with the same layout rules ``validate`` ru
 it fit (recompute none / selective / full, and how data parallelism shards the training
 state); estimate memory and step time; rank the layouts that fit, with headroom, by
 tokens/s per GPU (estimates within ESTIMATE_TIE_TOLERANCE, the model's own error, are a tie
-broken by the seed's preferences: no CP below 8K, smaller TP, memory headroom, larger EP). Layouts that fit
-nowhere stay in the list (after the fitting ones) with the memory that rules them out, so a
-user can see why.
+broken by the seed's preferences: no CP below 8K, no stage thinner than 4 layers, smaller TP,
+memory headroom, no PP without VP, larger EP). Layouts that fit nowhere stay in the list (after
+the fitting ones) with the memory that rules them out, so a user can see why.
 
 ``--engine megatron`` may use every dimension; ``--engine bundled`` only what
 ``trainer/capabilities.py`` declares (the bundled trainer grows, the planner follows).
@@ -326,6 +326,12 @@ def shardings(engine: str, peft: bool = False) -> tuple[tuple[str, str], ...]:
 # ---------------------------------------------------------------- planning
 
 
+def _supported_sharding(layout: Layout, sharding: str, strategy: str) -> bool:
+    """Megatron-FSDP only without pipeline parallelism (rule RA-L017 warns on configs that mix them;
+    the planner offers only what the engine documents)."""
+    return not (strategy == "megatron" and sharding == "full" and layout.pp > 1)
+
+
 def _engine_allows(request: PlanRequest, layout: Layout, strategy: str) -> bool:
     """Combinations the bundled trainer declares it refuses (trainer/capabilities.py)."""
     if request.engine != "bundled" or layout.tp == 1:
@@ -427,36 +433,44 @@ def plan(request: PlanRequest) -> Plan:
                 example, seen = rejections.get(error.code, (error, 0))
                 rejections[error.code] = (example, seen + 1)
             if not errors:
-                options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings)
+                options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings
+                               if _supported_sharding(structure, sharding, strategy))
         if not options:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
     comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
-                                              comfortable_gib=comfortable),
+                                              comfortable_gib=comfortable, layers=shape.layers),
                 structures=count, rejections=rejections)
 
 
-def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float) -> tuple:
+def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int) -> tuple:
     """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
-    is for > 8K), smaller TP (seed: TP costs collectives on every layer and stays in the node),
-    then memory headroom (a layout above MEMORY_COMFORT_FRACTION of the GPU risks allocator
-    retries and fragmentation growth over a long run, and leaves no room for a longer batch;
-    expert recipes stay below it), larger EP (seed: for MoE raise EP first), then the faster
-    estimate."""
+    is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
+    placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
+    collectives on every layer and stays in the node), memory headroom (a layout above
+    MEMORY_COMFORT_FRACTION of the GPU risks allocator retries and fragmentation growth over a long
+    run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
+    (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
     lay = row.structure
-    return (0 if long_context else lay.cp, lay.tp, row.memory_total_gib > comfortable_gib, -lay.ep,
+    return (0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
+            row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
 
 
-def rank(rows: list[PlannedLayout], long_context: bool = False,
-         comfortable_gib: float = float("inf")) -> list[PlannedLayout]:
+def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"),
+         layers: int = 0) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
     error is larger than that), broken by :func:`_preference`; ``comfortable_gib`` is the
-    memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU).
+    memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU), ``layers``
+    the model's decoder layers (for the stage-depth preference).
     """
+
+    def preference(row: PlannedLayout) -> tuple:
+        return _preference(row, long_context, comfortable_gib, layers)
+
     fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
     ranked: list[PlannedLayout] = []
     start = 0
@@ -465,10 +479,9 @@ def rank(rows: list[PlannedLayout], long_context: bool = False,
         end = start
         while end < len(fitting) and fitting[end].tokens_per_s >= floor:
             end += 1
-        ranked.extend(sorted(fitting[start:end], key=lambda r: _preference(r, long_context, comfortable_gib)))
+        ranked.extend(sorted(fitting[start:end], key=preference))
         start = end
-    rest = sorted((r for r in rows if not r.fits),
-                  key=lambda r: (r.memory_total_gib, _preference(r, long_context, comfortable_gib)))
+    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, preference(r)))
     return ranked + rest
 
 

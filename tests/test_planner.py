@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,7 +11,7 @@ from recipe_index.errors import UnknownHardwareError
 from service import constants as C
 from service.cli import main
 from service.facts import Layout
-from service.planner import PlanError, explain_layout, facts_for, gpus_needed, make_request, plan
+from service.planner import PlanError, explain_layout, facts_for, gpus_needed, make_request, plan, rank
 from service.rules.memory_fit import memory_fits
 from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
@@ -51,6 +52,27 @@ def test_fitting_layouts_come_first_ranked_by_throughput(llama70b_64):
     usable = llama70b_64.usable_gib
     assert all(r.memory.total <= usable + 1e-9 for r in fitting)
     assert all(r.memory_total_gib > usable for r in rows if not r.fits)
+
+
+def test_megatron_fsdp_is_planned_only_without_pipeline(llama70b_64):
+    rows = llama70b_64.layouts
+    fsdp = [r for r in rows if r.sharding == "full"]
+    assert fsdp and any(r.layout.pp > 1 for r in rows)
+    assert all(r.layout.pp == 1 for r in fsdp)
+
+
+def _tied(tps: float, pp: int, vp=None, tp: int = 1, memory: float = 40.0):
+    return SimpleNamespace(structure=Layout(tp=tp, pp=pp, vp=vp), fits=True, tokens_per_s=tps, memory_total_gib=memory)
+
+
+def test_ties_avoid_thin_stages_and_pipelines_without_vp():
+    # 64 layers: PP 32 leaves 2 per stage. All four are within the tie tolerance of the fastest.
+    thin, no_vp, interleaved, tp2 = _tied(1000, 32, 2), _tied(990, 4), _tied(960, 4, vp=2), _tied(995, 1, tp=2)
+    order = rank([thin, no_vp, interleaved, tp2], layers=64)
+    assert order == [interleaved, no_vp, tp2, thin]
+    # Outside the tolerance the estimate decides.
+    clearly_faster = _tied(1000 / (1 - 2 * C.ESTIMATE_TIE_TOLERANCE), 32)
+    assert rank([interleaved, clearly_faster], layers=64)[0] is clearly_faster
 
 
 def test_plan_json_has_the_design_keys(llama70b_64):

@@ -83,6 +83,8 @@ CASES = [
     ("RA-L014", "dense", {"distributed.cp_size": 2, "dataset.seq_length": 4098}),
     ("RA-L015", "kv16", {"distributed.tp_size": 16, "hardware.num_nodes": 2}),
     ("RA-L016", "dense", {"dataset.seq_length": 16384}),
+    ("RA-L017", "dense", {"distributed.use_megatron_fsdp": True, "distributed.pp_size": 2,
+                          "distributed.vp_size": 2}),
     ("RA-B001", "dense", {"step_scheduler.global_batch_size": 30}),
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),

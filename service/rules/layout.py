@@ -241,6 +241,21 @@ def long_context_without_cp(f: Facts) -> Optional[Violation]:
                      "sequence length", f"set distributed.cp_size to 2, 4 or 8 (seq must divide by 2*CP)")
 
 
+# Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open
+# request (Megatron-LM issue #1455) and Megatron-LM's own launch scripts turn FSDP off when PP > 1
+# (PR #6081: "FSDP and PP are mutually exclusive in Megatron's standard path"). All 25 Bridge recipes
+# with use_megatron_fsdp run PP = 1.
+@layout_rule("RA-L017", "warning", "distributed.use_megatron_fsdp", "Megatron-FSDP runs without PP",
+             "Megatron-FSDP docs (composes with TP, CP, EP); Megatron-LM issue #1455")
+def megatron_fsdp_without_pp(f: Facts) -> Optional[Violation]:
+    if f.strategy != "megatron" or f.extra.get("sharding") != "full" or f.layout.pp == 1:
+        return None
+    return Violation(f"use_megatron_fsdp with pp_size={f.layout.pp}: Megatron-FSDP is documented to compose "
+                     "with TP, CP and EP, not with pipeline parallelism",
+                     "set distributed.pp_size: 1 (shard the model with Megatron-FSDP over DP instead), or turn "
+                     "use_megatron_fsdp off and keep the distributed optimizer")
+
+
 @layout_rule("RA-B001", "error", "step_scheduler.global_batch_size", "global batch = micro * DP * accumulation",
              "mcore num_microbatches_calculator: GBS % (MBS*DP) == 0 (3c)")
 def global_batch_divides(f: Facts) -> Optional[Violation]:
