@@ -182,7 +182,7 @@ MOE_EXPERT_LOAD_CV = 0.05
 # ---------------------------------------------------------------- planner search space
 
 # Layouts whose estimated throughput is within this fraction of the best of their group are a
-# tie, ordered by the seed's preferences (no CP, smaller TP, larger EP): the model's own error
+# tie, ordered by the seed's preferences (planner._preference): the model's own error
 # is of this order (memory: about 10 % against published measurements, benchmarks/README.md).
 ESTIMATE_TIE_TOLERANCE = 0.10
 # A pipeline stage thinner than this many decoder layers is a tie-break loser: Megatron places

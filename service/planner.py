@@ -458,8 +458,8 @@ def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, 
             -(row.tokens_per_s or 0.0))
 
 
-def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"),
-         layers: int = 0) -> list[PlannedLayout]:
+def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
+         layers: int) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
