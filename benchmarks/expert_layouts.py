@@ -83,11 +83,15 @@ def evaluate(records: list[dict]) -> list[dict]:
     return results
 
 
+def _top_counts(rows: list[dict]) -> tuple[int, int]:
+    """(expert layout ranked first, expert layout in the top 5) over planned results."""
+    return (sum(r["rank"] == 1 for r in rows), sum(r["rank"] is not None and r["rank"] <= 5 for r in rows))
+
+
 def summary(results: list[dict]) -> dict:
     planned = [r for r in results if r["status"] == "planned"]
     n = len(planned)
-    top1 = sum(r["rank"] == 1 for r in planned)
-    top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in planned)
+    top1, top5 = _top_counts(planned)
     return {"recipes": len(results), "planned": n,
             "invalid": sum(r["status"] == "invalid" for r in results),
             "skipped": sum(r["status"] == "skipped" for r in results),
@@ -97,16 +101,19 @@ def summary(results: list[dict]) -> dict:
             "ranks": Counter(r["rank"] if r["rank"] is None or r["rank"] <= 5 else ">5" for r in planned)}
 
 
-def by_model(results: list[dict]) -> str:
-    """Top-1 / top-5 per model, the compact view for benchmarks/README.md."""
+def _grouped(results: list[dict], key: str) -> list[tuple[str, list[dict], int, int]]:
+    """(group, its planned results, top-1, top-5) per value of ``key``, sorted by the value."""
     groups: dict[str, list[dict]] = {}
     for r in results:
         if r["status"] == "planned":
-            groups.setdefault(r["model"], []).append(r)
+            groups.setdefault(r[key], []).append(r)
+    return [(name, rows, *_top_counts(rows)) for name, rows in sorted(groups.items())]
+
+
+def by_model(results: list[dict]) -> str:
+    """Top-1 / top-5 per model, the compact view for benchmarks/README.md."""
     lines = ["| model | recipes | top-1 | top-5 | typical miss (expert -> planner top-1) |", "|---|---|---|---|---|"]
-    for model, rows in sorted(groups.items()):
-        top1 = sum(r["rank"] == 1 for r in rows)
-        top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in rows)
+    for model, rows, top1, top5 in _grouped(results, "model"):
         miss = next((f"{r['expert']} -> {r['top']} ({r['hardware']})" for r in rows if r["rank"] != 1), "")
         lines.append(f"| {model} | {len(rows)} | {top1} | {top5} | {miss} |")
     return "\n".join(lines)
@@ -115,14 +122,8 @@ def by_model(results: list[dict]) -> str:
 def by_hardware(results: list[dict]) -> str:
     """Top-1 / top-5 per hardware type: the overfitting check (ideas fitted on one half of the
     hardware types must hold on the other half)."""
-    groups: dict[str, list[dict]] = {}
-    for r in results:
-        if r["status"] == "planned":
-            groups.setdefault(r["hardware"], []).append(r)
     lines = ["| hardware | recipes | top-1 | top-5 |", "|---|---|---|---|"]
-    for hardware, rows in sorted(groups.items()):
-        top1 = sum(r["rank"] == 1 for r in rows)
-        top5 = sum(r["rank"] is not None and r["rank"] <= 5 for r in rows)
+    for hardware, rows, top1, top5 in _grouped(results, "hardware"):
         lines.append(f"| {hardware} | {len(rows)} | {top1} | {top5} |")
     return "\n".join(lines)
 

@@ -26,7 +26,7 @@ from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
 from service.memory import MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
-from service.rules.layout import megatron_split
+from service.rules.layout import megatron_fsdp_with_pp, megatron_split
 from service.steptime import StepTime, StepTimeModel
 from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
@@ -326,12 +326,6 @@ def shardings(engine: str, peft: bool = False) -> tuple[tuple[str, str], ...]:
 # ---------------------------------------------------------------- planning
 
 
-def _supported_sharding(layout: Layout, sharding: str, strategy: str) -> bool:
-    """Megatron-FSDP only without pipeline parallelism (rule RA-L017 warns on configs that mix them;
-    the planner offers only what the engine documents)."""
-    return not (strategy == "megatron" and sharding == "full" and layout.pp > 1)
-
-
 def _engine_allows(request: PlanRequest, layout: Layout, strategy: str) -> bool:
     """Combinations the bundled trainer declares it refuses (trainer/capabilities.py)."""
     if request.engine != "bundled" or layout.tp == 1:
@@ -433,8 +427,9 @@ def plan(request: PlanRequest) -> Plan:
                 example, seen = rejections.get(error.code, (error, 0))
                 rejections[error.code] = (example, seen + 1)
             if not errors:
+                # Only what the engine documents: no Megatron-FSDP with pipeline stages (RA-L017).
                 options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings
-                               if _supported_sharding(structure, sharding, strategy))
+                               if not megatron_fsdp_with_pp(strategy, sharding, structure.pp))
         if not options:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))

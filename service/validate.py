@@ -19,6 +19,7 @@ from service.facts import Facts, Finding, Layout, split_world
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
 from trainer.config import RecipeConfig, section_fields, top_level_keys
+from trainer.fast_paths import TRAINER_LOSSES
 
 YAML_SUFFIXES = (".yaml", ".yml")
 ModelResolver = Callable[[str], ModelCard]
@@ -171,8 +172,6 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
 def _fused_loss(cfg: RecipeConfig) -> bool:
     """Whether the bundled trainer runs its chunked linear + cross-entropy (no full logits): only its
     own loss does, and only unless the config turns ``loss_fn.chunked`` off (trainer/loss.py)."""
-    from trainer.fast_paths import TRAINER_LOSSES
-
     return cfg.loss_fn.target in TRAINER_LOSSES and cfg.loss_fn.kwargs().get("chunked", "auto") is not False
 
 

@@ -241,6 +241,12 @@ def long_context_without_cp(f: Facts) -> Optional[Violation]:
                      "sequence length", f"set distributed.cp_size to 2, 4 or 8 (seq must divide by 2*CP)")
 
 
+def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bool:
+    """Megatron-FSDP (sharding "full" under strategy megatron) together with pipeline stages; the
+    planner never offers it, RA-L017 warns on configs that ask for it."""
+    return strategy == "megatron" and sharding == "full" and pp > 1
+
+
 # Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open
 # request (Megatron-LM issue #1455) and Megatron-LM's own launch scripts turn FSDP off when PP > 1
 # (PR #6081: "FSDP and PP are mutually exclusive in Megatron's standard path"). All 25 Bridge recipes
@@ -248,7 +254,7 @@ def long_context_without_cp(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-L017", "warning", "distributed.use_megatron_fsdp", "Megatron-FSDP runs without PP",
              "Megatron-FSDP docs (composes with TP, CP, EP); Megatron-LM issue #1455")
 def megatron_fsdp_without_pp(f: Facts) -> Optional[Violation]:
-    if f.strategy != "megatron" or f.extra.get("sharding") != "full" or f.layout.pp == 1:
+    if not megatron_fsdp_with_pp(f.strategy, f.extra.get("sharding"), f.layout.pp):
         return None
     return Violation(f"use_megatron_fsdp with pp_size={f.layout.pp}: Megatron-FSDP is documented to compose "
                      "with TP, CP and EP, not with pipeline parallelism",
