@@ -77,7 +77,10 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     not_fitting = [r for r in rows if not r.fits]
     if not_fitting:
         lines += ["", f"does not fit: {result.why_not_fitting(not_fitting[0])}"]
-    if not result.fitting:
+    if not result.layouts:
+        lines.append(f"no layout on {req.world_size} x {hw.name} passes the rules ({req.engine} engine): "
+                     "see the rejections below")
+    elif not result.fitting:
         needed = gpus_needed(req)
         lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
                      (f"needs at least {needed} GPUs of that type" if needed else "no GPU count up to 65536 fits"))

@@ -111,6 +111,19 @@ def test_bundled_engine_rejects_moe_with_the_rule_reason():
     assert not result.layouts and "RA-E002" in result.rejections
 
 
+def test_bundled_fp8_plans_data_parallel_on_hopper_and_nothing_on_cpu(capsys):
+    hopper = plan(make_request("tiny-llama", 2, "h100", engine="bundled", precision="fp8"))
+    assert hopper.fitting and {r.layout.tp for r in hopper.layouts} == {1}
+    assert "RA-E003" in hopper.rejections  # the TP=2 shape, with its reason
+    cpu = plan(make_request("tiny-llama", 2, "cpu", engine="bundled", precision="fp8"))
+    assert not cpu.layouts and "RA-E003" in cpu.rejections
+    assert main(["plan", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
+                 "--engine", "bundled", "--precision", "fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "no layout on 2 x cpu passes the rules" in out and "RA-E003" in out
+    assert "GPU count" not in out  # more GPUs of a type without fp8 would not help
+
+
 def test_megatron_dimensions_all_appear(llama70b_64):
     rows = llama70b_64.layouts
     assert {r.layout.tp for r in rows} >= {1, 2, 4, 8}

@@ -198,3 +198,20 @@ def test_memory_fit_counts_the_logits_when_the_chunked_loss_is_off(tmp_path):
     assert "RA-M002" not in codes(config)
     set_dotted(config, "loss_fn.chunked", False)  # 8 x 4096 tokens x 256k vocab of fp32 logits: ~80 GB
     assert "RA-M002" in codes(config)
+
+
+@pytest.mark.parametrize("gpu, tp, expected, key", [
+    ("h100", 1, [], None),  # torchao float8 on Hopper, data parallel only: runs
+    ("h100", 2, ["RA-E003"], "distributed.tp_size"),
+    ("a100-80gb", 1, ["RA-E003", "RA-P001"], "precision"),
+])
+def test_bundled_fp8_follows_the_trainer_capabilities(models, gpu, tp, expected, key):
+    config = base(models["dense"])
+    config["distributed"] = {"strategy": "fsdp2", "tp_size": tp, "sequence_parallel": tp > 1}
+    config["hardware"]["gpu_type"] = gpu
+    config["precision"] = "fp8"
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    assert sorted(f.code for f in report.findings) == expected
+    e003 = [f for f in report.findings if f.code == "RA-E003"]
+    if e003:
+        assert e003[0].key == key and e003[0].fix

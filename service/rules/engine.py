@@ -7,7 +7,7 @@ from typing import Optional
 
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
-from trainer.capabilities import CAPABILITIES
+from trainer.capabilities import CAPABILITIES, supports_precision
 
 BUNDLED = ("fsdp2", "ddp")
 GIB = 1024**3
@@ -54,12 +54,23 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
 
 
 @layout_rule("RA-E003", "error", "precision", "the bundled trainer's precisions",
-             "trainer/capabilities.py precisions")
+             "trainer/capabilities.py precisions, fp8 (supports_precision)")
 def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
-    if not _bundled(f) or f.precision in CAPABILITIES["precisions"]:
+    arch = f.hardware.arch if f.hardware is not None else None
+    if not _bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
         return None
+    fp8 = CAPABILITIES["fp8"]
+    if f.precision == "fp8" and arch in fp8["archs"]:
+        return Violation(f"fp8 in the bundled trainer ({fp8['via']}) runs with data parallel only, not with "
+                         f"tp_size {f.layout.tp}", "set distributed.tp_size: 1, or use precision: bf16",
+                         key="distributed.tp_size")
+    if f.precision == "fp8":
+        where = f"{f.hardware.name} ({arch})" if f.hardware is not None else "unknown hardware"
+        return Violation(f"fp8 in the bundled trainer needs a GPU of {', '.join(fp8['archs'])}; {where} is not one",
+                         "use precision: bf16, or set hardware.gpu_type to an fp8-capable GPU")
     return Violation(f"precision {f.precision} is not supported by the bundled trainer "
-                     f"({', '.join(CAPABILITIES['precisions'])})", "use precision: bf16")
+                     f"({', '.join(CAPABILITIES['precisions'])}, and fp8 on {', '.join(fp8['archs'])})",
+                     "use precision: bf16")
 
 
 def _weight_bytes(f: Facts) -> Optional[float]:
