@@ -78,7 +78,7 @@ def evaluate(records: list[dict]) -> list[dict]:
         tuples, seconds = cache[key]
         rank = tuples.index(result["expert"]) + 1 if result["expert"] in tuples else None
         result.update(status="planned", rank=rank, top=tuples[0] if tuples else None, seconds=seconds,
-                      model=card.id, hardware=hw_name, gpus=r["num_gpus"])
+                      model=card.id, hardware=hw_name, gpus=r["num_gpus"], mode=r["mode"])
         results.append(result)
     return results
 
@@ -128,6 +128,34 @@ def by_hardware(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def carried_layouts(results: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Misses (expert rank > 5) whose expert tuple is the tuple of a sibling recipe (same model and
+    goal, other hardware or GPU count) that the planner does rank in its top 5: a layout the experts
+    carried across machines or scales, where a hardware model has to choose differently."""
+    planned = [r for r in results if r["status"] == "planned"]
+    carried = []
+    for r in planned:
+        if r["rank"] is not None and r["rank"] <= 5:
+            continue
+        siblings = [o for o in planned if o["model"] == r["model"] and o["mode"] == r["mode"]
+                    and o["expert"] == r["expert"] and (o["hardware"], o["gpus"]) != (r["hardware"], r["gpus"])
+                    and o["rank"] is not None and o["rank"] <= 5]
+        if siblings:
+            carried.append((r, siblings))
+    return carried
+
+
+def carried_markdown(results: list[dict]) -> str:
+    misses = sum(r["status"] == "planned" and (r["rank"] is None or r["rank"] > 5) for r in results)
+    carried = carried_layouts(results)
+    lines = [f"{len(carried)} of {misses} misses carry a sibling's layout:", "",
+             "| recipe | expert (TP,PP,CP,EP) | rank here | same tuple, ranked top-5 on |", "|---|---|---|---|"]
+    for r, siblings in carried:
+        where = ", ".join(sorted({f"{o['gpus']} x {o['hardware']} (rank {o['rank']})" for o in siblings}))
+        lines.append(f"| {r['name']} | {r['expert']} | {r['rank']} | {where} |")
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict], s: dict) -> str:
     lines = [f"Recipes: {s['recipes']} benchmark recipes, {s['planned']} planned, {s['skipped']} skipped "
              f"(no bundled model card), {s['invalid']} excluded (their layout is invalid at their own GPU "
@@ -150,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="list every miss")
     parser.add_argument("--by-model", action="store_true", help="print the per-model Markdown summary")
     parser.add_argument("--by-hardware", action="store_true", help="print the per-hardware Markdown summary")
+    parser.add_argument("--carried", action="store_true",
+                        help="list the misses whose layout a sibling recipe (other hardware or size) shares")
     args = parser.parse_args(argv)
     records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
     bench = [r for r in records if r["kind"] == "perf_benchmark"]
@@ -169,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         print(by_model(results))
     if args.by_hardware:
         print(by_hardware(results))
+    if args.carried:
+        print(carried_markdown(results))
     if args.markdown:
         print(markdown(results, s))
     return 0

@@ -37,3 +37,18 @@ def test_every_planned_expert_layout_is_ranked(results):
     _, evaluated = results
     planned = [r for r in evaluated if r["status"] == "planned"]
     assert all(r["rank"] is not None for r in planned), [r["name"] for r in planned if r["rank"] is None]
+
+
+def test_carried_layouts_names_misses_whose_tuple_ranks_top5_on_a_sibling():
+    bench = _benchmark()
+
+    def row(name, hardware, gpus, rank, expert=(1, 1, 1, 8), model="m", mode="pretrain"):
+        return {"name": name, "status": "planned", "model": model, "mode": mode, "hardware": hardware,
+                "gpus": gpus, "rank": rank, "expert": expert}
+
+    results = [row("miss", "b300", 64, 40), row("sibling", "gb300", 64, 2),
+               row("other-tuple", "gb200", 64, 1, expert=(1, 2, 1, 8)), row("other-goal", "gb200", 8, 1, mode="sft"),
+               row("lone-miss", "b300", 8, 9, expert=(2, 1, 1, 1)), row("same-machine", "b300", 64, 1)]
+    carried = bench.carried_layouts(results)
+    assert [(r["name"], [s["name"] for s in sib]) for r, sib in carried] == [("miss", ["sibling"])]
+    assert "1 of 2 misses" in bench.carried_markdown(results)
