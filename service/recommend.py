@@ -36,6 +36,7 @@ from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, g
                              needs_explicit_layout, plan)
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
+from trainer.capabilities import CAPABILITIES, supports_precision
 from trainer.dotted import get_dotted as _get, set_dotted
 from trainer.fast_paths import default_fast_paths
 
@@ -372,9 +373,15 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     seq = seq_length or _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
     gbs = global_batch_size or _get(contract, "step_scheduler.global_batch_size")
     prec = precision or contract.get("precision") or "bf16"
-    if engine == "bundled" and prec not in ("bf16", "fp16", "fp32"):
-        notes.append(f"the bundled trainer has no {prec} kernels: precision {prec} -> bf16 (a convergence change)")
+    if engine == "bundled" and not supports_precision(prec, hardware.arch):
+        why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if prec == "fp8"
+               else f"it has no {prec} kernels")
+        notes.append(f"the bundled trainer does not train in {prec} on {hardware.name}: {why}; precision {prec} -> "
+                     "bf16 (a convergence change)")
         prec = "bf16"
+    elif engine == "bundled" and prec == "fp8":
+        notes.append(f"fp8 in the bundled trainer: {CAPABILITIES['fp8']['via']} linears, data parallel only; "
+                     f"install the extra: pip install 'recipe-advisor[{CAPABILITIES['fp8']['extra']}]'")
     if seq and seq > C.LONG_CONTEXT:
         notes.append(f"long context ({seq} tokens): context parallelism is considered"
                      + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))

@@ -160,3 +160,15 @@ def test_user_overrides_win_over_the_fast_paths():
 
 def test_megatron_configs_get_no_bundled_fast_paths(llama_16):
     assert "kernels" not in llama_16.config.get("model", {}) and "loss_fn" not in llama_16.config
+
+
+@pytest.mark.parametrize("gpu_type, kept", [("h100", True), ("a100-40gb", False), ("cpu", False)])
+def test_bundled_fp8_is_kept_where_the_trainer_runs_it(gpu_type, kept):
+    rec = recommend("tiny-llama", 2, gpu_type, engine="bundled", precision="fp8")
+    assert rec.config["precision"] == ("fp8" if kept else "bf16")
+    assert any(("torchao" in n) for n in rec.notes)  # either the extra to install or why it fell back
+    if kept:
+        assert rec.best.layout.tp == 1  # torchao float8 runs with data parallel only
+    else:
+        assert any("fp8 -> bf16" in n for n in rec.notes)
+    assert not [f for f in rec.findings if f.severity == "error"]
