@@ -5,10 +5,10 @@ The model, per micro batch on the slowest pipeline stage:
 * **Compute.** Model FLOPs per token are ``6·N`` (N: the parameters a token multiplies
   through: dense body, its top-k routed experts, the LM head; Kaplan et al. 2020) plus the
   attention term ``12·L·h·s`` (``6·a·(d_qk + d_v)·s`` per layer, which is ``12·h·s`` for
-  standard heads; Narayanan et al. 2021, PaLM appendix B). GEMMs run at the precision's dense
+  standard heads; Narayanan et al. 2021, PaLM appendix B), halved for causal masking. GEMMs run at the precision's dense
   peak times an achievable efficiency that falls when a GEMM dimension is small (TP-split
-  widths, few tokens per expert); causal fused attention executes half its FLOPs at the BF16
-  peak times ``ATTENTION_EFFICIENCY``; element-wise kernels are bound by HBM bandwidth.
+  widths, few tokens per expert); causal fused attention runs at the BF16 peak (FP32 in an FP32
+  run) times ``ATTENTION_EFFICIENCY``; element-wise kernels are bound by HBM bandwidth.
   Full recompute repeats the forward (8·N instead of 6·N).
 * **Communication that does not overlap.** TP/SP all-gathers and reduce-scatters per block
   (4 per block and micro batch, over NVLink when TP stays in the NVLink domain, else over the
@@ -27,7 +27,8 @@ Collective costs are ring formulas (all-reduce ``2(n-1)/n·B``, all-gather and
 reduce-scatter ``(n-1)/n·B``, all-to-all ``(n-1)/n·B`` per GPU) over the bus bandwidth
 NCCL achieves (``service.constants``). Megatron's rank order is tp-cp-ep-dp-pp, so a group
 spans its size times the sizes inside it; it runs over NVLink when that span fits in one
-NVLink domain. MFU is model FLOPs per second over the dense peak of the training precision.
+NVLink domain. MFU is model FLOPs per second over the dense peak of the training precision, so it
+stays below the efficiencies above.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half 
 
 
 def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
-    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head) + 12·L·h·s attention."""
-    return 6.0 * shape.gemm_params_per_token + shape.attention_flops_coef * seq_length
+    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head) + the causal attention
+    term, half of 12·L·h·s: a causal kernel skips the masked half of the score blocks, and counting it
+    would put MFU above what the GPU executes (FlashAttention's benchmark counts causal FLOPs so)."""
+    return 6.0 * shape.gemm_params_per_token + shape.attention_flops_coef * seq_length * ATTENTION_CAUSAL_FRACTION
 
 
 def pipeline_bubble(pp: int, vp: int, microbatches: int) -> float:
@@ -120,7 +123,9 @@ class StepTimeModel:
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
         self.precision, self.engine = precision, engine
         self.peak = hardware.peak_tflops(precision) * 1e12
-        self.peak_bf16 = hardware.bf16_tflops * 1e12
+        # Attention runs in BF16 in BF16/FP8/NVFP4 recipes, in FP32 in an FP32 run (never faster than that).
+        self.peak_attention = min(hardware.bf16_tflops * 1e12, self.peak) if precision == "fp32" \
+            else hardware.bf16_tflops * 1e12
         self.hbm = hardware.hbm_tbps * 1e12
         self.matmul_eff = C.MATMUL_EFFICIENCY.get(precision, C.MATMUL_EFFICIENCY["bf16"])
         self.domain = max(hardware.nvlink_domain, 1)
@@ -175,7 +180,7 @@ class StepTimeModel:
             imbalance = _moe_imbalance(s.experts, ep)
             expert_s = 6.0 * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
         attention_s = (s.attention_flops_coef * self.seq * tokens * ATTENTION_CAUSAL_FRACTION / tp
-                       / (self.peak_bf16 * C.ATTENTION_EFFICIENCY * size_tokens))
+                       / (self.peak_attention * C.ATTENTION_EFFICIENCY * size_tokens))
         gathered = self.engine == "bundled"
         act_bytes = s.act_none.per_gpu(tp, sp and tp > 1, gathered) * tokens
         elementwise_s = act_bytes * C.ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE / self.hbm

@@ -28,7 +28,7 @@ def step(shape, layout, gpu="h100", world=8, seq=8192, gbs=128, **kw):
 
 def test_flops_per_token_is_6n_plus_attention(llama8b):
     n = llama8b.total_params - llama8b.embedding_params  # the embedding lookup does no matmul
-    attention = 12 * 32 * 4096 * 8192  # 12·L·h·s
+    attention = 12 * 32 * 4096 * 8192 / 2  # 12·L·h·s, halved for causal masking
     assert model_flops_per_token(llama8b, 8192) == pytest.approx(6 * n + attention, rel=1e-6)
 
 
@@ -125,3 +125,14 @@ def test_fp8_is_faster_but_not_twice(llama8b):
     bf16 = step(llama8b, Layout(), precision="bf16")
     fp8 = step(llama8b, Layout(), precision="fp8")
     assert 1.1 < bf16.step_time_s / fp8.step_time_s < 2.0
+
+
+@pytest.mark.parametrize("model, gpu, precision, seq", [("llama3-8b", "h100", "bf16", 131072),
+                                                       ("tiny-llama", "cpu", "fp32", 10_000_000)])
+def test_mfu_stays_below_the_efficiency_the_model_assumes(model, gpu, precision, seq):
+    from service.planner import make_request, plan
+
+    result = plan(make_request(model, 8 if gpu != "cpu" else 2, gpu, seq_length=seq, global_batch_size=16,
+                               precision=precision, engine="megatron" if gpu != "cpu" else "bundled"))
+    ceiling = max(C.MATMUL_EFFICIENCY[precision], C.ATTENTION_EFFICIENCY)
+    assert result.layouts and all(0 < r.time.mfu <= ceiling for r in result.layouts)

@@ -240,7 +240,7 @@ def test_peak_flops_only_for_the_card_of_this_device():
     assert device_peak_flops("h100", "bf16", "cpu") is None, "a CPU run is not measured against an H100"
     assert device_peak_flops("h100", "bf16", "cuda") > 1e14
     assert device_peak_flops("no-such-gpu", "bf16", "cuda") is None
-    assert flops_per_token(1000, 2, 8, 16) == 6 * 1000 + 12 * 2 * 8 * 16
+    assert flops_per_token(1000, 2, 8, 16) == 6 * 1000 + 12 * 2 * 8 * 16 / 2  # causal: half the attention
 
 
 def test_jsonl_writer_resume_truncates_and_fresh_start_moves_aside(tmp_path):

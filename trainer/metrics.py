@@ -34,8 +34,9 @@ class MetricsSample:
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_length: int) -> float:
-    """Training FLOPs per token, PaLM appendix B: 6 N + 12 L d S."""
-    return 6.0 * num_params + 12.0 * num_layers * hidden_size * seq_length
+    """Training FLOPs per token, PaLM appendix B: 6 N + 12 L d S, with the attention term halved for
+    causal masking (the kernels skip the masked half; the planner's MFU counts the same way)."""
+    return 6.0 * num_params + 6.0 * num_layers * hidden_size * seq_length
 
 
 def peak_memory_gib(device) -> float:
