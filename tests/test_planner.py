@@ -144,7 +144,9 @@ def test_nothing_fits_and_gpus_needed_finds_a_count_that_does():
     needed = gpus_needed(req)
     assert needed is not None and needed >= 8
     assert plan(req.with_world(needed)).best is not None
-    assert plan(req.with_world(needed // 2)).best is None
+    assert plan(req.with_world(needed - 8)).best is None  # the fewest: one node less does not fit
+    small = make_request("llama3-8b", 1, "h100")  # fits inside one node: the count is not rounded to 8
+    assert plan(small).best is None and gpus_needed(small) == 2 and plan(small.with_world(2)).best is not None
 
 
 def test_explicit_pipeline_layouts_for_models_whose_recipes_use_them():
