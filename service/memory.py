@@ -32,7 +32,7 @@ everything in fp32.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service import constants as C
 from service.facts import Layout
@@ -162,9 +162,10 @@ class MemoryModel:
         self.gemm_scale = gemm_bytes / C.ACTIVATION_BYTES
         self.runtime_bytes = (C.CPU_RUNTIME_OVERHEAD_GIB if cpu else C.RUNTIME_OVERHEAD_GIB) * C.GIB
         self.logits_bytes = C.LOGITS_BYTES_FUSED if engine == "megatron" else C.LOGITS_BYTES_UNFUSED
-        # The bundled trainer computes in the parameters' dtype under precision fp32 (no policy, no
-        # autocast), so its unsharded FSDP2 copies and every activation are fp32 there.
-        self.fp32_compute = engine == "bundled" and precision == "fp32"
+        # Under precision fp32 both engines compute in the parameters' dtype (no policy, no autocast,
+        # Megatron without --bf16): unsharded FSDP copies and every activation are fp32, and Megatron's
+        # fp32 parameters are their own master copy (Adam keeps only the two moments).
+        self.fp32_compute = precision == "fp32"
         self.compute_param_bytes = C.DTYPE_BYTES["fp32"] if self.fp32_compute else C.DTYPE_BYTES["bf16"]
         self._states: dict[tuple, tuple[tuple[float, float, float], tuple[float, float, float], float]] = {}
         self._acts: dict[tuple, tuple[float, float, float]] = {}
@@ -183,6 +184,8 @@ class MemoryModel:
         dense_shards = self.world_size // (tp * pp)  # DP x CP: Megatron's optimizer group, FSDP2's mesh
         expert_dp = max(self.world_size // (pp * ep * etp), 1)
         state = STATE_BYTES[(self.engine, sharding)]
+        if self.engine == "megatron" and self.fp32_compute:
+            state = replace(state, weight=C.DTYPE_BYTES["fp32"], optimizer=C.ADAM_STATE_BYTES - C.DTYPE_BYTES["fp32"])
         w_d, w_e = (dense_shards, expert_dp) if state.weight_sharded else (1, 1)
         g_d, g_e = (dense_shards, expert_dp) if state.grad_sharded else (1, 1)
         o_d, o_e = (dense_shards, expert_dp) if state.optimizer_sharded else (1, 1)

@@ -42,6 +42,16 @@ def test_megatron_state_bytes_hand_computed(llama8b):
     assert unsharded.optimizer == pytest.approx(LLAMA3_8B_PARAMS * 12 / GIB, rel=1e-9)
 
 
+def test_megatron_fp32_keeps_fp32_weights_as_the_master_and_fp32_activations(llama8b):
+    """Without --bf16 Megatron trains fp32 parameters: 4 B weight + 4 B grad + 8 B Adam moments (no
+    separate master copy), and the activations twice the bf16 bytes."""
+    fp32, bf16 = mem(llama8b, Layout(), world=8, precision="fp32"), mem(llama8b, Layout(), world=8)
+    assert fp32.weights == pytest.approx(LLAMA3_8B_PARAMS * 4 / GIB, rel=1e-9)
+    assert fp32.grads == pytest.approx(LLAMA3_8B_PARAMS * 4 / GIB, rel=1e-9)
+    assert fp32.optimizer == pytest.approx(LLAMA3_8B_PARAMS * 8 / 8 / GIB, rel=1e-9)
+    assert 1.8 * bf16.activations < fp32.activations <= 2 * bf16.activations  # the fp32 logits stay as they are
+
+
 def test_tp_and_pp_split_the_weights_and_the_ends_hold_embedding_and_head(llama8b):
     tp2 = mem(llama8b, Layout(tp=2, sp=True), world=8)
     assert tp2.weights == pytest.approx(LLAMA3_8B_PARAMS * 2 / 2 / GIB, rel=1e-9)
