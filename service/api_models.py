@@ -327,6 +327,15 @@ class PlanHardware(_Response):
     usable_gib: float = Field(description="Memory per GPU the plan may use (after headroom).", examples=[72.0])
 
 
+class Rejection(_Response):
+    """A rule that rejected enumerated layouts (one example finding per rule)."""
+
+    code: str = Field(description="Rule code.", examples=["RA-E002"])
+    count: int = Field(description="Layouts it rejected.", examples=[3])
+    message: str = Field(description="The rule's message for one of them.")
+    fix: Optional[str] = Field(default=None, description="How to fix it.")
+
+
 class PlanResponse(_Response):
     """Ranked layouts: those that fit first (fastest first), then the rest by memory."""
 
@@ -338,6 +347,9 @@ class PlanResponse(_Response):
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])
     layouts: list[LayoutOut] = Field(description="Best first; empty when no layout obeys the rules.")
+    rejections: list[Rejection] = Field(
+        default_factory=list, description="Rules that rejected layouts, with how many; why `layouts` is empty."
+    )
 
 
 # ---------------------------------------------------------------- recommend

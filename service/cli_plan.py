@@ -42,19 +42,35 @@ def add_parser(subparsers, name: str) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> PlanRequest:
-    """The request, with the recipe's convergence contract for whatever the user left out."""
+    """The request, with the recipe's convergence contract for whatever the user left out.
+
+    Only a value the user left out (None) takes the recipe's; a given 0 reaches make_request, which
+    rejects it naming the field. Where the index has no recipe either, make_request's defaults apply.
+    """
     from service.recommend import contract_defaults
 
     seq, gbs, precision = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
-                                            engine=args.engine, seq_length=args.seq_length)
-    return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
-                        seq_length=args.seq_length or seq, global_batch_size=args.global_batch_size or gbs,
-                        precision=args.precision or precision, engine=args.engine)
+                                            engine=args.engine, seq_length=args.seq_length, precision=args.precision)
+    chosen = {"seq_length": (args.seq_length, seq), "global_batch_size": (args.global_batch_size, gbs),
+              "precision": (args.precision, precision)}
+    values = {name: given if given is not None else default for name, (given, default) in chosen.items()}
+    return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
+                        **{name: value for name, value in values.items() if value is not None})
 
 
 def report_error(err: Exception) -> int:
-    print(f"error: {err}", file=sys.stderr)
+    field = getattr(err, "field", None)
+    # A request field is the flag of the same name (seq_length -> --seq-length).
+    where = f"--{field.replace('_', '-')}: " if isinstance(err, PlanError) and field else ""
+    print(f"error: {where}{err}", file=sys.stderr)
     return EXIT_UNUSABLE
+
+
+def plan_dict(result: Plan, top: Optional[int]) -> dict:
+    """`plan --format json` and POST /v1/plan: the ranking, and the rules that rejected layouts."""
+    rejections = [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
+                  for code, (finding, count) in sorted(result.rejections.items())]
+    return {**result.to_dict(top=top), "rejections": rejections}
 
 
 def format_text(result: Plan, top: Optional[int]) -> str:
@@ -99,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return report_error(err)
     top = args.top if args.top and args.top > 0 else None
     if args.format == "json":
-        print(json.dumps(result.to_dict(top=top), indent=2))
+        print(json.dumps(plan_dict(result, top), indent=2))
     else:
         print(format_text(result, top))
     return EXIT_OK

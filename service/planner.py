@@ -243,9 +243,10 @@ def explicit_layouts(model_id: str) -> bool:
 
 
 def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
-    """True when only an explicit pipeline layout can place the layers of ``layout``."""
-    layers = request.model.num_hidden_layers
-    return not _splits(layers, layout.pp, layout.vp_or_1)
+    """True when the decoder layers do not divide evenly over the PP x VP stages of ``layout``: Megatron
+    then needs a layout that places them (Bridge's layout builders, for models whose recipes have one)
+    or first/last-stage sizes (RA-L011 names them)."""
+    return layout.pp > 1 and request.model.num_hidden_layers % (layout.pp * layout.vp_or_1) != 0
 
 
 def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:

@@ -17,13 +17,11 @@ The decision tree of seeds/mbridge-recipe-recommender.md, in one pass:
 from __future__ import annotations
 
 import math
-import shlex
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+import re
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import yaml
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from recipe_index import get_hardware, list_recipes, load_recipe_text, param_counts, resolve_model
 from recipe_index.cards import ModelCard
@@ -32,6 +30,7 @@ from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
+from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_name, gaps_note, render_commands
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, gpus_needed, make_request,
                              needs_explicit_layout, plan)
 from service.validate import validate_text
@@ -40,31 +39,9 @@ from trainer.capabilities import CAPABILITIES, supports_precision
 from trainer.dotted import get_dotted as _get, set_dotted
 from trainer.fast_paths import default_fast_paths
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "launch"
-RENDEZVOUS_PORT = 29500
-# Megatron Bridge's default dataset presets by goal (seed, "First Answer Checklist").
-DATASET_PRESET = {"pretrain": "mock", "sft": "squad", "peft": "squad"}
 # LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
 LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0},
         "bundled": {"method": "lora", "rank": 8, "alpha": 16.0}}
-# Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
-BRIDGE_KEYS = {
-    "distributed.tp_size": "model.tensor_model_parallel_size",
-    "distributed.pp_size": "model.pipeline_model_parallel_size",
-    "distributed.vp_size": "model.virtual_pipeline_model_parallel_size",
-    "distributed.cp_size": "model.context_parallel_size",
-    "distributed.ep_size": "model.expert_model_parallel_size",
-    "distributed.etp_size": "model.expert_tensor_parallel_size",
-    "distributed.sequence_parallel": "model.sequence_parallel",
-    "distributed.activation_checkpointing": "model.recompute_granularity",
-    "distributed.use_distributed_optimizer": "ddp.use_distributed_optimizer",
-    "distributed.use_megatron_fsdp": "ddp.use_megatron_fsdp",
-    "step_scheduler.local_batch_size": "train.micro_batch_size",
-    "step_scheduler.global_batch_size": "train.global_batch_size",
-    "step_scheduler.max_steps": "train.train_iters",
-    "dataset.seq_length": "dataset.seq_length",
-    "optimizer.lr": "optimizer.lr",
-}
 
 
 class Impossible(PlanError):
@@ -121,18 +98,22 @@ def _size(card: ModelCard) -> float:
     return float(param_counts(card).total)
 
 
-def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[int]) -> RecipeEntry:
-    """The entry for this allocation: long-context variants only for > 8K, same hardware, closest GPU count."""
+def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[int],
+          precision: Optional[str] = None) -> RecipeEntry:
+    """The entry for this allocation: long-context variants only for > 8K, same hardware, the requested
+    precision (the index normalises fp8cs/fp8ds/fp8mx to fp8), closest GPU count."""
     def key(e: RecipeEntry) -> tuple:
         entry_seq = e.seq_length or 0
         long_wanted = seq is not None and seq > C.LONG_CONTEXT
         seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
-        return (seq_miss, e.hardware != hardware, abs(math.log2((e.num_gpus or 1) / world)), len(e.name), e.name)
+        precision_miss = precision is not None and e.precision != precision
+        return (seq_miss, e.hardware != hardware, precision_miss, abs(math.log2((e.num_gpus or 1) / world)),
+                len(e.name), e.name)
     return min(entries, key=key)
 
 
-def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world: int,
-                  seq: Optional[int]) -> tuple[Optional[RecipeEntry], list[str]]:
+def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world: int, seq: Optional[int],
+                  precision: Optional[str] = None) -> tuple[Optional[RecipeEntry], list[str]]:
     """The base recipe and the notes on how it was found (seed decision tree)."""
     kind = "bundled" if engine == "bundled" else "library"
     notes: list[str] = []
@@ -140,7 +121,7 @@ def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world:
     for wanted in goals:
         own = [e for e in list_recipes(kind=kind, mode=wanted) if e.model == card.id]
         if own:
-            chosen = _pick(own, hardware, world, seq)
+            chosen = _pick(own, hardware, world, seq, precision)
             if wanted != goal:
                 notes.append(f"no {goal.upper()} recipe for {card.id}; fell back to {chosen.name} ({wanted}) and "
                              f"{'added LoRA (peft section)' if goal == 'peft' else 'switched it to ' + goal}")
@@ -159,7 +140,7 @@ def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world:
     target = _size(card)
     best_model = min({m.id: m for _, m in family}.values(), key=lambda m: abs(math.log(_size(m) / target)))
     entries = [e for e, m in family if m.id == best_model.id]
-    chosen = _pick(entries, hardware, world, seq)
+    chosen = _pick(entries, hardware, world, seq, precision)
     where = f"the {card.family} family" if family is not sized else "the index"
     notes.append(f"no {kind} recipe for {card.id}; started from {chosen.name}, the closest size in {where} "
                  f"({best_model.id}), with the model swapped and the layout re-planned")
@@ -215,7 +196,7 @@ def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, ba
 
 
 def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], hardware: str,
-                    world: int, seq: Optional[int], notes: list[str]) -> dict:
+                    world: int, seq: Optional[int], notes: list[str], precision: Optional[str] = None) -> dict:
     """The config whose convergence contract (batch, sequence, precision) the request keeps.
 
     The base recipe's own, except on the bundled engine with a stand-in recipe of another model:
@@ -224,7 +205,7 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
     base = _base_config(recipe)
     if engine != "bundled" or (recipe is not None and recipe.model == card.id):
         return base
-    library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq)
+    library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq, precision)
     if library is None or library.model != card.id:
         return base
     notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, "
@@ -234,14 +215,15 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
 
 def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                       goal: str = "pretrain", engine: str = "megatron",
-                      seq_length: Optional[int] = None) -> tuple[Optional[int], Optional[int], Optional[str]]:
+                      seq_length: Optional[int] = None, precision: Optional[str] = None,
+                      ) -> tuple[Optional[int], Optional[int], Optional[str]]:
     """(sequence length, global batch, precision) of the recipe `recommend` would start from, for
     `plan` requests that leave them out; (None, None, None) when the index has no recipe."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
-    recipe, notes = choose_recipe(card, goal, engine, hardware.name, world, seq_length)
-    contract = contract_source(card, goal, engine, recipe, hardware.name, world, seq_length, notes)
+    recipe, notes = choose_recipe(card, goal, engine, hardware.name, world, seq_length, precision)
+    contract = contract_source(card, goal, engine, recipe, hardware.name, world, seq_length, notes, precision)
     seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
     precision = contract.get("precision")
     if engine == "bundled" and precision not in ("bf16", "fp16", "fp32"):
@@ -256,9 +238,21 @@ def _base_config(recipe: Optional[RecipeEntry]) -> dict:
     return load_yaml(text, str(recipe.path)).data
 
 
+def _fine_tuning_data(config: dict, goal: str, notes: list[str]) -> None:
+    """SFT/PEFT from a pretraining recipe: its mock data measures throughput only (RA-C007), so use
+    the goal's Bridge dataset preset, as the index's SFT/PEFT recipes do."""
+    mock = _get(config, "dataset.preset")
+    if goal == "pretrain" or str(mock).lower() != "mock":
+        return
+    _set(config, "dataset.preset", DATASET_PRESET[goal])
+    notes.append(f"dataset.preset {mock} -> {DATASET_PRESET[goal]}: the base recipe pretrains on mock data, "
+                 f"{DATASET_PRESET[goal]} is Megatron Bridge's {goal.upper()} default; its "
+                 "global batch and LR are still the pretraining recipe's, check them for fine-tuning")
+
+
 def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], row: PlannedLayout,
-                 request, overrides: list[str]) -> tuple[dict, dict]:
-    """(base config, advised config)."""
+                 request, overrides: list[str], notes: Optional[list[str]] = None) -> tuple[dict, dict]:
+    """(base config, advised config); says in ``notes`` what it changed beyond the layout."""
     base = _base_config(recipe)
     config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
     config.pop("metadata", None)
@@ -270,6 +264,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         config["peft"] = dict(LORA[engine])
     if goal != "peft":
         config.pop("peft", None)
+    _fine_tuning_data(config, goal, notes if notes is not None else [])
     apply_layout(config, row, request, engine)
     name = _metadata(config, card, goal, engine, request, recipe)
     if engine == "bundled":
@@ -286,76 +281,39 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     return base, config
 
 
-# ---------------------------------------------------------------- commands
-
-
-def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
-                      keep_trailing_newline=True, trim_blocks=False)
-    return env
-
-
-def bridge_overrides(base: dict, config: dict) -> list[str]:
-    """`key=value` overrides of run_recipe.py for every mapped key that differs from the recipe."""
-    out = []
-    for ours, theirs in BRIDGE_KEYS.items():
-        old, new = _get(base, ours), _get(config, ours)
-        if new is None or old == new:
-            continue
-        if ours == "distributed.activation_checkpointing":
-            if new == "none":
-                out.append(f"{theirs}=null")
-                continue
-            if new == "full":
-                out += ["model.recompute_method=uniform", "model.recompute_num_layers=1"]
-        if ours == "distributed.use_megatron_fsdp" and new:
-            out.append("checkpoint.ckpt_format=fsdp_dtensor")  # Megatron-FSDP needs it (mbridge_rules 3d)
-        value = str(new) if not isinstance(new, bool) else ("True" if new else "False")
-        out.append(f"{theirs}={value}")
-        if ours == "dataset.seq_length":
-            out.append(f"model.seq_length={value}")
-    return [shlex.quote(o) for o in out]
-
-
-def render_commands(config_path: str, config: dict, base: dict, request, engine: str,
-                    recipe: Optional[RecipeEntry]) -> dict[str, str]:
-    """Launch commands from templates/launch: single-node torchrun, multi-node torchrun (c10d),
-    a Slurm sbatch script, and Megatron Bridge's run_recipe.py with key=value overrides."""
-    env = _environment()
-    req = request
-    common = {"nproc_per_node": req.gpus_per_node, "num_nodes": req.num_nodes, "port": RENDEZVOUS_PORT,
-              "job_name": shlex.quote(str(_get(config, "metadata.name") or "recipe-advisor")),
-              "config": shlex.quote(config_path)}
-    bridge_recipe = (recipe.megatron_recipe if recipe is not None else None) or _get(base, "metadata.megatron_recipe")
-    bridge = None
-    if bridge_recipe:
-        dataset = shlex.quote(str(_get(config, "dataset.preset") or DATASET_PRESET[req.goal]))
-        overrides = bridge_overrides(base, config)
-        bridge = (shlex.quote(bridge_recipe), dataset, overrides)
-    if engine == "bundled":
-        program = f"-m trainer {shlex.quote(config_path)}"
-    elif bridge is not None:
-        recipe_name, dataset, overrides = bridge
-        program = " ".join(["scripts/training/run_recipe.py", "--recipe", recipe_name, "--dataset", dataset, *overrides])
-    else:
-        program = None
-    commands: dict[str, str] = {}
-    if program is not None:
-        if req.num_nodes == 1:
-            commands["torchrun"] = env.get_template("torchrun.sh.j2").render(
-                bundled=engine == "bundled", program=program, **common)
-        else:
-            commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(
-                program=program, **common)
-        commands["sbatch"] = env.get_template("sbatch.sh.j2").render(
-            program=program, time_limit="04:00:00", script_name="train.sbatch", **common)
-    if bridge is not None:
-        commands["megatron_bridge"] = env.get_template("megatron_bridge.sh.j2").render(
-            recipe=bridge[0], dataset=bridge[1], overrides=bridge[2], **common)
-    return commands
-
-
 # ---------------------------------------------------------------- the whole flow
+
+
+def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:
+    """The user's value when given (0 too, so that make_request rejects it), else the recipe's."""
+    return default if value is None else value
+
+
+def _bundled_precision(precision: str, hardware, notes: list[str]) -> str:
+    """The precision the bundled trainer trains in on this hardware, saying why when it differs."""
+    if not supports_precision(precision, hardware.arch):
+        why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if precision == "fp8"
+               else f"it has no {precision} kernels")
+        notes.append(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}; precision "
+                     f"{precision} -> bf16 (a convergence change)")
+        return "bf16"
+    if precision == "fp8":
+        notes.append(f"fp8 in the bundled trainer: {CAPABILITIES['fp8']['via']} linears, data parallel only; "
+                     f"install the extra: pip install 'recipe-advisor[{CAPABILITIES['fp8']['extra']}]'")
+    return precision
+
+
+def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict,
+                      notes: list[str], *, nodes: Optional[int], seq_length: Optional[int],
+                      global_batch_size: Optional[int], precision: Optional[str]):
+    """The plan request: what the user gave, the contract's values for the rest."""
+    prec = precision or contract.get("precision") or "bf16"
+    if engine == "bundled":
+        prec = _bundled_precision(prec, hardware, notes)
+    return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
+                        seq_length=_given(seq_length, _get(contract, "dataset.seq_length")
+                                          or _get(contract, "model.seq_length")),
+                        global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")))
 
 
 def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
@@ -368,46 +326,63 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     probe = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine)
-    recipe, notes = choose_recipe(card, goal, engine, hardware.name, probe.world_size, seq_length)
-    contract = contract_source(card, goal, engine, recipe, hardware.name, probe.world_size, seq_length, notes)
-    seq = seq_length or _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
-    gbs = global_batch_size or _get(contract, "step_scheduler.global_batch_size")
-    prec = precision or contract.get("precision") or "bf16"
-    if engine == "bundled" and not supports_precision(prec, hardware.arch):
-        why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if prec == "fp8"
-               else f"it has no {prec} kernels")
-        notes.append(f"the bundled trainer does not train in {prec} on {hardware.name}: {why}; precision {prec} -> "
-                     "bf16 (a convergence change)")
-        prec = "bf16"
-    elif engine == "bundled" and prec == "fp8":
-        notes.append(f"fp8 in the bundled trainer: {CAPABILITIES['fp8']['via']} linears, data parallel only; "
-                     f"install the extra: pip install 'recipe-advisor[{CAPABILITIES['fp8']['extra']}]'")
-    if seq and seq > C.LONG_CONTEXT:
-        notes.append(f"long context ({seq} tokens): context parallelism is considered"
-                     + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
-    request = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, seq_length=seq,
-                           global_batch_size=gbs, precision=prec, engine=engine)
+    given = {"nodes": nodes, "seq_length": seq_length, "global_batch_size": global_batch_size, "precision": precision}
+
+    def contract_request(wanted: str, world: int, notes: list[str]):
+        recipe, found = choose_recipe(card, wanted, engine, hardware.name, world, seq_length, precision)
+        notes += found
+        contract = contract_source(card, wanted, engine, recipe, hardware.name, world, seq_length, notes, precision)
+        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, **given)
+
+    notes: list[str] = []
+    recipe, request = contract_request(goal, probe.world_size, notes)
     result = plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
-        peft_request = replace(request, goal="peft")
+        # The PEFT recipe's own contract: only what the user gave carries over from the request.
+        peft_notes: list[str] = []
+        peft_recipe, peft_request = contract_request("peft", 1, peft_notes)
         peft_plan = plan(peft_request)
         if peft_plan.best is not None:
             notes.append(f"1 GPU: {goal} does not fit, only PEFT does (seed decision tree); switched to LoRA")
-            goal, request, result = "peft", peft_request, peft_plan
-            recipe, more = choose_recipe(card, goal, engine, hardware.name, 1, seq_length)
-            notes += more
+            notes += [n for n in peft_notes if n not in notes]
+            goal, recipe, request, result = "peft", peft_recipe, peft_request, peft_plan
+    if request.seq_length > C.LONG_CONTEXT:
+        notes.append(f"long context ({request.seq_length} tokens): context parallelism is considered"
+                     + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     if result.best is None:
         raise _impossible(result, request)
     best = _choose(result)
-    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [])
+    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes)
     text = _dump(config, recipe, notes)
     report = validate_text(text, config_path)
     # Index metadata is not training: the change list covers what the trainer reads.
     changes = [c for c in diff(base, config) if not c.key.startswith("metadata.")] if base else []
-    commands = render_commands(config_path, config, base, request, engine, recipe)
+    gaps = bridge_gaps(base, config, report.findings) if bridge_recipe_name(base, recipe) else []
+    if gaps:
+        notes.append(gaps_note(bridge_recipe_name(base, recipe), gaps))
+    commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps))
     return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
                           config=config, config_yaml=text, changes=changes, findings=report.findings,
                           commands=commands, notes=notes)
+
+
+# Request fields (CLI --flag / API field) a rule's key stands for, and the config spellings of their fixes.
+_REQUEST_FIELD = {"precision": "precision", "distributed.strategy": "engine",
+                  "model.pretrained_model_name_or_path": "engine"}
+_CONFIG_TO_OPTION = ((re.compile(r"\bstrategy: (\w+)"), r"--engine \1 (API: engine \1)"),
+                     (re.compile(r"\bprecision: (\w+)"), r"--precision \1 (API: precision \1)"))
+
+
+def _rejected_field(rejections: list[Finding]) -> str:
+    """The request field behind rule rejections: precision, engine, else the GPU count."""
+    fields = {_REQUEST_FIELD.get(f.key or "") or ("engine" if f.code.startswith("RA-E") else None) for f in rejections}
+    return next((name for name in ("precision", "engine") if name in fields), "gpus")
+
+
+def _as_options(fix: str) -> str:
+    for pattern, option in _CONFIG_TO_OPTION:
+        fix = pattern.sub(option, fix)
+    return fix
 
 
 def _impossible(result: Plan, request) -> PlanError:
@@ -416,10 +391,11 @@ def _impossible(result: Plan, request) -> PlanError:
     needed = gpus_needed(request)
     rejections = "; ".join(f"{f.code}: {f.message}" for f, _ in result.rejections.values())
     if needed is None and not result.layouts:
-        fixes = "; ".join(sorted({f.fix for f, _ in result.rejections.values() if f.fix}))
+        found = [f for f, _ in result.rejections.values()]
+        fixes = "; ".join(sorted({_as_options(f.fix) for f in found if f.fix}))
         return PlanError(f"no valid layout of {request.model.id} on {request.world_size} x {hw.name} "
                          f"({request.engine} engine): {rejections or 'no layout obeys the rules'}",
-                         field="gpus", fix=fixes or None)
+                         field=_rejected_field(found), fix=fixes or None)
     if result.layouts:
         leanest = min(result.layouts, key=lambda r: r.memory_total_gib)
         why = (f"the leanest layout needs {leanest.memory.total:.1f} GiB per GPU, {hw.name} offers "

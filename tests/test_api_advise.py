@@ -161,3 +161,13 @@ def test_diff_missing_or_wrong_fields_are_422(client, body):
     r = client.post("/v1/diff", json=body)
     assert r.status_code == 422
     assert all(e["loc"][0] == "body" for e in r.json()["detail"])
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"model": "llama3-8b", "gpus": 8, "gpu_type": "a100-80gb", "precision": "fp8"}, "precision"),
+    ({"model": "qwen3-30b-a3b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine"),
+])
+def test_rule_rejection_is_400_naming_the_request_field(client, body, field):
+    r = client.post("/v1/recommend", json=body)
+    assert r.status_code == 400 and r.json()["field"] == field
+    assert "strategy: megatron" not in r.json()["detail"]

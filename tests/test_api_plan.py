@@ -114,4 +114,20 @@ def test_first_request_of_a_fresh_worker_uses_every_rule():
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
     layouts = json.loads(out.stdout)
-    assert not any(row["fits"] for row in layouts)
+    # fp8 in the bundled trainer is data parallel only (RA-E003): without the rule, TP 2-8 rows appear.
+    assert layouts and all(row["tp"] == 1 for row in layouts)
+
+
+def test_plan_without_a_precision_answers_with_the_rule(client):
+    r = client.post("/v1/plan", json={"model": "tiny-moe", "gpus": 2, "gpu_type": "cpu", "engine": "bundled"})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["precision"] == "bf16" and got["layouts"] == []
+    assert "RA-E002" in json.dumps(got["rejections"])
+
+
+@pytest.mark.parametrize("field", ["seq_length", "global_batch_size"])
+def test_plan_zero_is_422_naming_the_field(client, field):
+    r = client.post("/v1/plan", json={**BODY, field: 0})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", field]

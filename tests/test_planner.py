@@ -213,3 +213,20 @@ def test_cli_plan_unknown_gpu_exits_2(capsys):
     assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "tpu-v5"]) == 2
     err = capsys.readouterr().err
     assert "unknown GPU type" in err and "h100" in err and "gb200" in err
+
+
+def test_cli_plan_without_a_precision_reports_the_rule_not_a_missing_precision(capsys):
+    # tiny-moe has no bundled recipe: the contract has no precision, so the default applies and the
+    # bundled trainer's MoE rule is what the user reads.
+    assert main(["plan", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 0
+    captured = capsys.readouterr()
+    assert "unknown precision" not in captured.err + captured.out
+    assert "RA-E002" in captured.out and "MoE" in captured.out and ", bf16," in captured.out
+
+
+@pytest.mark.parametrize("flag, field", [("--seq-length", "seq_length"), ("--global-batch-size", "global_batch_size")])
+@pytest.mark.parametrize("command", ["plan", "recommend"])
+def test_cli_zero_is_rejected_like_a_negative_value(capsys, command, flag, field):
+    assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", flag, "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag}: {field} must be at least 1, got 0" in err

@@ -9,6 +9,7 @@ import yaml
 
 from service.cli import main
 from service.planner import PlanError
+from service.launch_commands import BRIDGE_KEYS
 from service.recommend import Impossible, recommend
 from service.validate import validate_text
 from trainer.dotted import get_dotted
@@ -172,3 +173,107 @@ def test_bundled_fp8_is_kept_where_the_trainer_runs_it(gpu_type, kept):
     else:
         assert any("fp8 -> bf16" in n for n in rec.notes)
     assert not [f for f in rec.findings if f.severity == "error"]
+
+
+# ------------------------------------------------------- the Megatron Bridge command runs the config's experiment
+
+
+def _no_bridge(rec, *keys):
+    """No command runs run_recipe.py, and a note names every key Bridge cannot take as an override."""
+    assert "megatron_bridge" not in rec.commands
+    assert not any("run_recipe.py" in command for command in rec.commands.values())
+    note = next(n for n in rec.notes if n.startswith("no Megatron Bridge command"))
+    assert all(key in note for key in keys), note
+    return note
+
+
+def test_bridge_command_is_withheld_when_the_precision_changes():
+    rec = recommend("llama3-8b", 8, "h100", precision="fp16")  # no fp16 recipe: bf16 -> fp16
+    assert rec.config["precision"] == "fp16"
+    assert [c.key for c in rec.changes if c.layer == "convergence"] == ["precision"]
+    _no_bridge(rec, "precision")
+
+
+def test_bridge_command_is_withheld_when_the_model_is_swapped():
+    rec = recommend("tiny-llama", 2, "cpu")
+    assert rec.recipe.model != "tiny-llama" and rec.recipe.megatron_recipe
+    _no_bridge(rec, "model.pretrained_model_name_or_path")
+
+
+def test_bridge_command_is_withheld_when_lora_is_added_to_a_pretrain_recipe():
+    rec = recommend("llama2-7b", 8, "h100", goal="peft")
+    assert rec.recipe.mode == "pretrain" and rec.config["peft"]["method"] == "lora"
+    _no_bridge(rec, "peft.method", "peft.rank")
+
+
+def test_bridge_command_is_withheld_when_the_pipeline_split_needs_settings():
+    rec = recommend("llama3-8b", 12, "h100")
+    assert any(f.code == "RA-L011" for f in rec.findings)
+    _no_bridge(rec, "account_for_embedding_in_pipeline_split")
+
+
+def test_uneven_split_keeps_the_recipes_explicit_layout():
+    """DeepSeek-V3's 61 layers over PP=16: its Bridge recipe places them with an explicit layout; the
+    config keeps it, so no RA-L011 on our own output and the Bridge command is emitted."""
+    rec = recommend("deepseek-v3", 8, "h100", nodes=32)
+    dist = rec.config["distributed"]
+    assert 61 % (dist["pp_size"] * (dist.get("vp_size") or 1)) != 0  # the premise: an uneven split
+    assert dist["pipeline_layout"] == "explicit"
+    assert not any(f.code == "RA-L011" for f in rec.findings)
+    assert "megatron_bridge" in rec.commands
+
+
+def test_bridge_command_carries_every_change_it_can_express(llama_16):
+    bridge = llama_16.commands["megatron_bridge"]
+    mapped = [c for c in llama_16.changes if c.key in BRIDGE_KEYS and c.new is not None]
+    assert mapped and all(f"{BRIDGE_KEYS[c.key]}=" in bridge for c in mapped)
+    assert not any(n.startswith("no Megatron Bridge command") for n in llama_16.notes)
+    rec = recommend("llama3-8b", 8, "h100", global_batch_size=256)
+    assert "train.global_batch_size=256" in rec.commands["megatron_bridge"]
+
+
+# ------------------------------------------------------- recipe choice, contract, errors, data
+
+
+def test_requested_precision_picks_the_matching_recipe():
+    rec = recommend("gpt-oss-20b", 8, "h100", goal="sft", precision="fp8")
+    assert rec.recipe.name == "gpt_oss_20b_sft_8gpu_h100_fp8cs"
+    assert not [c for c in rec.changes if c.key == "precision"]
+    assert not [f for f in rec.findings if f.code == "RA-C005"]
+    assert "--recipe gpt_oss_20b_sft_8gpu_h100_fp8cs_config" in rec.commands["megatron_bridge"]
+    assert recommend("gpt-oss-20b", 8, "h100", goal="sft").recipe.name == "gpt_oss_20b_sft_8gpu_h100_bf16"
+
+
+def test_one_gpu_peft_switch_keeps_the_peft_recipes_contract(capsys):
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "1", "--gpu-type", "h100", "--goal", "pretrain",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["goal"] == "peft" and data["recipe"]["name"] == "llama3_8b_peft_1gpu_h100_bf16"
+    base = yaml.safe_load(open(recommend("llama3-8b", 1, "h100", goal="peft").recipe.path).read())
+    assert get_dotted(data["config"], "dataset.seq_length") == base["dataset"]["seq_length"]
+    assert get_dotted(data["config"], "step_scheduler.global_batch_size") == base["step_scheduler"]["global_batch_size"]
+    keys = {c["key"] for c in data["changes"]}
+    assert not keys & {"dataset.seq_length", "step_scheduler.global_batch_size"}
+    # What the user did give still carries into the PEFT request.
+    rec = recommend("llama3-8b", 1, "h100", goal="pretrain", seq_length=2048)
+    assert rec.goal == "peft" and rec.config["dataset"]["seq_length"] == 2048
+
+
+@pytest.mark.parametrize("kwargs, field, says", [
+    ({"model": "llama3-8b", "gpus": 8, "gpu_type": "a100-80gb", "precision": "fp8"}, "precision", "RA-P001"),
+    ({"model": "qwen3-30b-a3b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine", "--engine megatron"),
+])
+def test_rule_rejections_name_the_request_field(kwargs, field, says):
+    with pytest.raises(PlanError) as err:
+        recommend(**kwargs)
+    assert err.value.field == field and says in str(err.value)
+    assert "strategy: megatron" not in str(err.value)
+
+
+def test_peft_fallback_trains_on_fine_tuning_data_not_mock():
+    rec = recommend("llama2-7b", 8, "h100", goal="peft")
+    assert rec.config["dataset"]["preset"] == "squad"
+    assert any("dataset.preset mock -> squad" in n for n in rec.notes)
+    assert not [f for f in validate_text(rec.config_yaml).findings if f.code == "RA-C007"]
+    user = recommend("llama2-7b", 8, "h100", goal="peft", overrides=["--dataset.preset", "tulu3"])
+    assert user.config["dataset"]["preset"] == "tulu3"
