@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import difflib
+from typing import Callable, Mapping, Sequence, TypeVar
+
+Card = TypeVar("Card")
+
+
+def closest_names(query: str, index: Mapping[str, Card], name_of: Callable[[Card], str], n: int,
+                  cutoff: float = 0.5) -> list[str]:
+    """The names of the ``n`` cards whose lookup keys are closest to ``query``, best first, each once.
+
+    An index holds every alias of a card as its own key, so ``h1000`` is close to both ``h100`` and
+    ``h100-sxm``; matching all keys before de-duplicating keeps "Did you mean h100, h100, r100?"
+    from repeating a card and still fills ``n`` distinct names.
+    """
+    close = difflib.get_close_matches(query, list(index), n=len(index), cutoff=cutoff)
+    return list(dict.fromkeys(name_of(index[key]) for key in close))[:n]
 
 
 class UnknownModelError(ValueError):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 from recipe_index.cards import HardwareCard
-from recipe_index.errors import UnknownHardwareError
+from recipe_index.errors import UnknownHardwareError, closest_names
 
 HARDWARE_FILE = Path(__file__).resolve().parent / "hardware.yaml"
 
@@ -40,6 +39,5 @@ def get_hardware(name: str) -> HardwareCard:
     card = index.get(_key(name or ""))
     if card is None:
         known = [c.name for c in cards]
-        near = difflib.get_close_matches(_key(name or ""), list(index), n=3, cutoff=0.5)
-        raise UnknownHardwareError(name, known, [index[k].name for k in near])
+        raise UnknownHardwareError(name, known, closest_names(_key(name or ""), index, lambda c: c.name, n=3))
     return card

@@ -9,7 +9,6 @@ only on that last step, so bundled lookups stay fast.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from pydantic import ValidationError
 
 from recipe_index._hf_names import missing_core_fields, normalise_hf_config
 from recipe_index.cards import ModelCard
-from recipe_index.errors import ModelConfigError, UnknownModelError
+from recipe_index.errors import ModelConfigError, UnknownModelError, closest_names
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -61,14 +60,7 @@ def find_bundled_model(name: str) -> Optional[ModelCard]:
 
 def model_suggestions(name: str, n: int = 5) -> list[str]:
     """Bundled ids closest to ``name`` (difflib over ids and aliases, reported as ids)."""
-    index = _bundled()[1]
-    close = difflib.get_close_matches(_lookup_key(name), list(index), n=n * 3, cutoff=0.5)
-    ids: list[str] = []
-    for key in close:
-        card_id = index[key].id
-        if card_id not in ids:
-            ids.append(card_id)
-    return ids[:n]
+    return closest_names(_lookup_key(name), _bundled()[1], lambda card: card.id, n)
 
 
 def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None) -> ModelCard:

@@ -332,8 +332,10 @@ class Rejection(_Response):
 
     code: str = Field(description="Rule code.", examples=["RA-E002"])
     count: int = Field(description="Layouts it rejected.", examples=[3])
-    message: str = Field(description="The rule's message for one of them.")
-    fix: Optional[str] = Field(default=None, description="How to fix it.")
+    message: str = Field(description="The rule's message for one of them.",
+                         examples=["tiny-moe is an MoE model; the bundled trainer runs dense decoders only"])
+    fix: Optional[str] = Field(default=None, description="How to fix it.",
+                               examples=["use strategy: megatron (Megatron Bridge) for MoE models"])
 
 
 class PlanResponse(_Response):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
 
 # command name -> module that implements it
 COMMANDS: dict[str, str] = {
@@ -55,7 +58,19 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not as a traceback at interpreter exit
+    except BrokenPipeError:
+        # The reader left (`recipe-advisor recipes | head -1`): stop quietly, as Unix tools do.
+        # Python's documented pattern: point stdout at devnull so the final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str]) -> int:
     parser = _build_parser(argv)
     if argv and argv[0] == "train":
         # Everything after the config belongs to the trainer (overrides like --optimizer.lr 1e-4).

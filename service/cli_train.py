@@ -19,6 +19,21 @@ HELP = "launch the bundled trainer via torch.distributed.run"
 LAUNCHER_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id")
 
 
+def _whole_number(minimum: int):
+    """An argparse type for a count or rank: 0 is refused rather than read as "not given"."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def add_parser(subparsers, name: str) -> None:
     p = subparsers.add_parser(
         name, help=HELP, allow_abbrev=False,
@@ -26,9 +41,10 @@ def add_parser(subparsers, name: str) -> None:
                     "CONFIG other than the launcher flags are config overrides: --optimizer.lr 1e-4.",
     )
     p.add_argument("config", metavar="CONFIG", help="YAML config (e.g. from `recipe-advisor recommend -o`)")
-    p.add_argument("--nproc-per-node", type=int, help="processes (devices) per node; default hardware.gpus_per_node")
-    p.add_argument("--nnodes", type=int, default=1, help="nodes; > 1 needs --rdzv-endpoint")
-    p.add_argument("--node-rank", type=int, help="this node's rank (multi-node)")
+    p.add_argument("--nproc-per-node", type=_whole_number(1),
+                   help="processes (devices) per node; default hardware.gpus_per_node")
+    p.add_argument("--nnodes", type=_whole_number(1), default=1, help="nodes; > 1 needs --rdzv-endpoint")
+    p.add_argument("--node-rank", type=_whole_number(0), help="this node's rank (multi-node)")
     p.add_argument("--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node)")
     p.add_argument("--rdzv-id", default="recipe-advisor", help="rendezvous id (multi-node)")
     p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
@@ -81,9 +97,7 @@ def run_argv(argv: list[str]) -> int:
         return 2
     try:
         _, cfg = load_config(args.config, overrides)
-        nproc = args.nproc_per_node or cfg.hardware.gpus_per_node
-        if nproc < 1:
-            raise ConfigError(f"--nproc-per-node: {nproc} must be at least 1")
+        nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
         preflight(cfg, nproc * nnodes)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -104,8 +104,16 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
         if value is not None and value < 1:
             raise PlanError(f"{name} must be at least 1, got {value}", field=name, fix=f"pass a positive {name}")
     hardware = get_hardware(gpu_type)
+    node = hardware.gpus_per_node
+    if nodes is not None and gpus > node:
+        raise PlanError(f"gpus is GPUs per node when nodes is given: {gpus} > the {node} of one {hardware.name} node",
+                        field="gpus", fix=f"pass gpus <= {node} with nodes, or the total ({gpus * nodes}) without nodes")
+    if nodes is None and gpus > node and gpus % node:
+        raise PlanError(f"{gpus} {hardware.name} GPUs do not fill whole nodes of {node}", field="gpus",
+                        fix=f"pass a multiple of {node} ({gpus // node * node} or {(gpus // node + 1) * node}), "
+                            "or GPUs per node with nodes")
     card = resolve_model(model) if isinstance(model, str) else model
-    gpn, num_nodes = split_world(gpus, nodes, hardware.gpus_per_node)
+    gpn, num_nodes = split_world(gpus, nodes, node)
     seq = seq_length or DEFAULT_SEQ_LENGTH[goal]
     if seq_length is None and card.max_position_embeddings:
         seq = min(seq, card.max_position_embeddings)

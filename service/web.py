@@ -176,7 +176,7 @@ def form_defaults(query: Any) -> dict:
         "model": str(query.get("model", "llama3-8b") or ""),
         "gpu_type": str(query.get("gpu_type", "h100") or "h100"),
         "gpus": str(query.get("gpus", "8") or "8"),
-        "nodes": str(query.get("nodes", "1") or "1"),
+        "nodes": str(query.get("nodes", "") or ""),  # blank: --gpus is the total when it fills whole nodes (as the API)
         "goal": str(query.get("goal", "pretrain") or "pretrain"),
         "seq_length": str(query.get("seq_length", "") or ""),
         "engine": str(query.get("engine", "megatron") or "megatron"),

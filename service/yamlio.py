@@ -97,29 +97,35 @@ def _mark(mark) -> tuple[int, int]:
 
 
 def _scan_limits(text: str, path: str) -> None:
-    depth = aliases = events = 0
     try:
-        for event in yaml.parse(text, Loader=_Loader):
-            events += 1
-            if events > MAX_EVENTS:
-                raise YamlError(f"more than {MAX_EVENTS:,} YAML events", path=path,
-                                fix="a config is a few hundred keys; remove generated data")
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    line, col = _mark(event.start_mark)
-                    raise YamlError(f"nesting deeper than {MAX_DEPTH} levels", path=path, line=line,
-                                    column=col, fix="flatten the structure")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-            elif isinstance(event, yaml.AliasEvent):
-                aliases += 1
-                if aliases > MAX_ALIASES:
-                    line, col = _mark(event.start_mark)
-                    raise YamlError(f"more than {MAX_ALIASES} aliases", path=path, line=line, column=col,
-                                    fix="write the values out instead of using many *aliases")
+        _stream_within_limits(text, path)
     except yaml.YAMLError as exc:
         raise _syntax_error(exc, path) from None
+
+
+def _stream_within_limits(text: str, path: str) -> None:
+    """Bound depth, aliases and size on the event stream (no recursion, nothing built yet).
+    YamlError for a limit; a YAML syntax error propagates as PyYAML raised it."""
+    depth = aliases = events = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        events += 1
+        if events > MAX_EVENTS:
+            raise YamlError(f"more than {MAX_EVENTS:,} YAML events", path=path,
+                            fix="a config is a few hundred keys; remove generated data")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line, col = _mark(event.start_mark)
+                raise YamlError(f"nesting deeper than {MAX_DEPTH} levels", path=path, line=line,
+                                column=col, fix="flatten the structure")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                line, col = _mark(event.start_mark)
+                raise YamlError(f"more than {MAX_ALIASES} aliases", path=path, line=line, column=col,
+                                fix="write the values out instead of using many *aliases")
 
 
 def _syntax_error(exc: yaml.YAMLError, path: str) -> YamlError:
@@ -192,9 +198,15 @@ class _Builder:
 
 
 def _check_expansion(root: Node, path: str) -> None:
-    """Refuse an alias bomb before building it: count values after alias expansion,
-    memoised per node so the count itself costs only the size of the file."""
+    """Refuse an alias bomb or a recursive alias before building it.
+
+    Counts values after alias expansion, memoised per node so the count itself costs only the size
+    of the file. A node still being counted (its ``(node, True)`` entry is on the stack, so it is on
+    the path from the root) that turns up again as a child is a cycle such as ``a: &a [*a]``: the
+    composer links the alias back to its own anchor, and expanding it would never end.
+    """
     sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
@@ -203,8 +215,14 @@ def _check_expansion(root: Node, path: str) -> None:
         if isinstance(node, ScalarNode):
             sizes[id(node)] = 1
             continue
+        if not children_done and id(node) in in_progress:
+            line, col = _mark(node.start_mark)
+            raise YamlError("recursive alias: the anchored value contains an alias to itself", path=path,
+                            line=line, column=col, fix="write the value out; an *alias cannot refer to "
+                            "the &anchor that encloses it")
         children = [c for pair in node.value for c in pair] if isinstance(node, MappingNode) else node.value
         if children_done:
+            in_progress.discard(id(node))
             total = 1 + sum(sizes[id(c)] for c in children)
             sizes[id(node)] = total
             if total > MAX_NODES:
@@ -212,6 +230,7 @@ def _check_expansion(root: Node, path: str) -> None:
                 raise YamlError(f"expands to more than {MAX_NODES:,} values (alias expansion)", path=path,
                                 line=line, column=col, fix="remove the nested *aliases")
         else:
+            in_progress.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in sizes)
 
@@ -263,14 +282,14 @@ def _coerce(raw: str) -> Any:
     if len(raw) > MAX_OVERRIDE_CHARS:
         raise OverrideError(f"override value is over {MAX_OVERRIDE_CHARS:,} characters")
     try:
+        _stream_within_limits(raw, "override")  # nesting first: deep values recurse when built or dumped
         node = yaml.compose(raw, Loader=_Loader)
-    except yaml.YAMLError:
-        node = None
-    if node is not None:
-        try:
+        if node is not None:
             _check_expansion(node, "override")
-        except YamlError as err:
-            raise OverrideError(f"override value {err.reason}; {err.fix}") from None
+    except yaml.YAMLError:
+        pass  # not YAML: coerce_value keeps the string given
+    except YamlError as err:
+        raise OverrideError(f"override value {err.reason}; {err.fix}") from None
     return coerce_value(raw, loader=_Loader)
 
 

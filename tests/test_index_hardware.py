@@ -68,3 +68,24 @@ def test_unknown_hardware_lists_known_names():
     assert isinstance(info.value, ValueError)
     assert "h100" in info.value.known and "h100" in info.value.suggestions
     assert "Known:" in str(info.value) and "gb300" in str(info.value)
+
+
+@pytest.mark.parametrize("typo, first", [("h1000", "h100"), ("gb20", "gb200"), ("H100_SXM5", "h100")])
+def test_suggestions_name_each_card_once_best_first(typo, first):
+    """Aliases are separate lookup keys of one card; a near miss must not repeat that card."""
+    with pytest.raises(UnknownHardwareError) as err:
+        get_hardware(typo)
+    suggestions = err.value.suggestions
+    assert suggestions[0] == first
+    assert len(suggestions) == len(set(suggestions)) == 3
+    assert f"Did you mean {', '.join(suggestions)}?" in str(err.value)
+
+
+def test_closest_names_keeps_order_and_fills_n_distinct_names():
+    from recipe_index.errors import closest_names
+
+    index = {"h100": "H100", "h100-sxm": "H100", "h100-pcie": "H100", "h200": "H200", "r100": "R100"}
+    near = closest_names("h100-", index, str.lower, n=3)
+    assert near[0] == "h100" and sorted(near[1:]) == ["h200", "r100"]  # h200 and r100 tie
+    assert closest_names("h100-", index, str.lower, n=1) == ["h100"]
+    assert closest_names("zzz", index, str.lower, n=3) == []

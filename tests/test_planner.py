@@ -230,3 +230,11 @@ def test_cli_zero_is_rejected_like_a_negative_value(capsys, command, flag, field
     assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", flag, "0"]) == 2
     err = capsys.readouterr().err
     assert f"error: {flag}: {field} must be at least 1, got 0" in err
+
+
+@pytest.mark.parametrize("gpus, nodes, fix", [(12, None, "multiple of 8 (8 or 16)"), (16, 2, "the total (32)")])
+def test_gpus_that_do_not_fit_the_node_are_refused_naming_the_field(gpus, nodes, fix):
+    with pytest.raises(PlanError) as err:
+        make_request("llama3-8b", gpus, "h100", nodes=nodes)
+    assert err.value.field == "gpus" and fix in str(err.value)
+    assert make_request("llama3-8b", 24, "h100").num_nodes == 3  # a whole number of nodes is the total

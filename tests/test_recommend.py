@@ -207,7 +207,7 @@ def test_bridge_command_is_withheld_when_lora_is_added_to_a_pretrain_recipe():
 
 
 def test_bridge_command_is_withheld_when_the_pipeline_split_needs_settings():
-    rec = recommend("llama3-8b", 12, "h100")
+    rec = recommend("llama3-8b", 24, "h100")  # PP3 x VP11 over 32 layers: first/last-stage sizes
     assert any(f.code == "RA-L011" for f in rec.findings)
     _no_bridge(rec, "account_for_embedding_in_pipeline_split")
 

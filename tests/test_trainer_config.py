@@ -204,3 +204,57 @@ def test_mock_preset_maps_to_the_mock_dataset():
 
     section = DatasetSection.model_validate({"preset": "mock", "seq_length": 64, "packed_sequence": True})
     assert dataset_call(section, "dataset") == {"_target_": "trainer.data.MockDataset", "seq_length": 64}
+
+
+# ---- optimizer hyper-parameters are typed --------------------------------------------------------
+
+@pytest.mark.parametrize("key, value", [
+    ("lr", "abc"), ("lr", -1), ("lr", 0), ("lr", "'[1, 2'"), ("lr", ".inf"), ("lr", "true"), ("lr", "null"),
+    ("weight_decay", -0.1), ("eps", "tiny"), ("betas", "[0.9, 1.0]"), ("betas", "[0.9]"), ("momentum", -1),
+])
+def test_bad_optimizer_values_are_ra_c002_at_their_line(key, value):
+    from service.validate import validate_text
+
+    text = f"model:\n  pretrained_model_name_or_path: x\noptimizer:\n  _target_: torch.optim.AdamW\n  {key}: {value}\n"
+    findings = [f for f in validate_text(text, "o.yaml").findings if f.code == "RA-C002"]
+    assert [(f.key, f.line, f.severity) for f in findings] == [(f"optimizer.{key}", 5, "error")]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "[1, 2", "--5"])
+def test_bad_lr_override_stops_before_any_worker_starts(tmp_path, value):
+    out = _cli(str(_config(tmp_path)), "--nproc-per-node", "2", f"--optimizer.lr={value}", "--dry-run")
+    assert out.returncode == 2
+    assert "error:" in out.stderr and "optimizer.lr" in out.stderr
+    assert "Traceback" not in out.stderr and "torch.distributed.run" not in out.stdout
+
+
+def test_good_optimizer_values_reach_the_optimizer_unchanged():
+    from trainer.config import parse_config
+
+    section = parse_config({"optimizer": {"_target_": "torch.optim.AdamW", "lr": "3e-4", "betas": [0.9, 0.95],
+                                          "weight_decay": 0, "amsgrad": True}}).optimizer
+    assert section.kwargs() == {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.0, "amsgrad": True}
+    # keys the config leaves out stay out, so the optimizer's own defaults apply
+    assert parse_config({"optimizer": {"_target_": "torch.optim.SGD", "lr": 0.1}}).optimizer.kwargs() == {"lr": 0.1}
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-node", "--nnodes"])
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_train_refuses_zero_or_negative_process_counts(tmp_path, flag, value):
+    out = _cli(str(_config(tmp_path)), flag, value, "--dry-run")
+    assert out.returncode == 2
+    assert flag in out.stderr and "at least 1" in out.stderr
+    assert "Traceback" not in out.stderr and "torch.distributed.run" not in out.stdout
+
+
+@pytest.mark.parametrize("text", ["model: &a {x: *a}\n", "model:\n  layers: &l [1, *l]\n"])
+def test_trainer_loader_refuses_a_recursive_alias_with_its_line(tmp_path, text):
+    from trainer.overrides import load_yaml_file
+
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"line \d+: recursive alias"):
+        load_yaml_file(path)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
+    assert load_yaml_file(shared)["b"] == [[1, 2], [1, 2]]

@@ -174,3 +174,21 @@ def test_help_does_not_import_torch_or_fastapi():
             "assert 'torch' not in sys.modules and 'fastapi' not in sys.modules, 'heavy import'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True,
                    env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+@pytest.mark.parametrize("argv", [["recipes"], ["validate", "--list-rules"],
+                                  ["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100"]])
+def test_output_into_a_closed_pipe_ends_quietly(argv):
+    """`recipe-advisor recipes | head -1`: the reader is gone before the first write (the read end is
+    closed up front, so every run hits the broken pipe, whatever the output size)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "service.cli", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=60,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stderr == ""
+    assert done.returncode == 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`

@@ -244,3 +244,9 @@ def test_root_path_prefixes_every_link():
         page = prefixed.get("/recommend", params=QUERY).text
     assert 'href="/advisor/static/style.css"' in page
     assert 'href="/advisor/recommend.yaml?' in page and 'href="/advisor/validate"' in page
+
+
+def test_recommend_download_reads_gpus_as_the_api_does(client):
+    r = client.get("/recommend.yaml", params={"model": "llama3-8b", "gpu_type": "h100", "gpus": 64})
+    assert r.status_code == 200, r.text
+    assert "gpus_per_node: 8" in r.text and "num_nodes: 8" in r.text

@@ -142,3 +142,62 @@ def test_override_alias_bomb_is_refused_before_it_expands():
         parse_overrides(["--model.junk", bomb])
     with pytest.raises(OverrideError, match="over 10,000 characters"):
         parse_overrides(["--model.junk", "x" * 10_001])
+
+
+def _run_guarded(snippet: str) -> str:
+    """Run ``snippet`` in a fresh interpreter under a hard timeout, so a regression that loops on a
+    recursive alias fails this test instead of hanging the suite (and its memory) for good."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a recursive alias was still being expanded after 10 s")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    "text, line, column",
+    [("a: &a [*a]\n", 1, 4), ("a: &a {b: *a}\n", 1, 4), ("x: 1\nmodel:\n  deep: &d\n    - [1, *d]\n", 3, 9)],
+)
+def test_recursive_alias_in_a_document_is_refused_with_its_position(text, line, column):
+    out = _run_guarded(
+        "from service.yamlio import YamlError, load_yaml\n"
+        "from unittest import mock\n"
+        "import yaml.constructor as c\n"
+        # the refusal must come before any PyYAML constructor touches the cyclic node graph
+        "with mock.patch.object(c.BaseConstructor, 'construct_object', side_effect=AssertionError('built')):\n"
+        "    try:\n"
+        f"        load_yaml({text!r}, 'r.yaml')\n"
+        "    except YamlError as err:\n"
+        "        print(err.path, err.line, err.column, err.reason, '|', err.fix)\n"
+    )
+    path, got_line, got_column, rest = out.split(" ", 3)
+    assert (path, int(got_line), int(got_column)) == ("r.yaml", line, column)
+    assert "recursive alias" in rest and "write the value out" in rest
+
+
+def test_recursive_alias_in_an_override_is_refused():
+    out = _run_guarded(
+        "from service.yamlio import OverrideError, apply_overrides\n"
+        "try:\n"
+        "    apply_overrides({'optimizer': {'lr': 1.0}}, ['--optimizer.lr', '&a [*a, *a]'])\n"
+        "except OverrideError as err:\n"
+        "    print(err)\n"
+    )
+    assert "recursive alias" in out
+
+
+def test_shared_aliases_are_not_mistaken_for_cycles():
+    doc = load_yaml("a: &a [1, {k: 2}]\nb: [*a, *a]\nc: {d: *a, e: *a}\n")
+    assert doc.data["b"] == [[1, {"k": 2}], [1, {"k": 2}]]
+    assert doc.data["c"] == {"d": [1, {"k": 2}], "e": [1, {"k": 2}]}
+
+
+def test_override_nesting_is_bounded_like_a_file():
+    """900 brackets fit libyaml's own limit but overflow Python's stack when the config is dumped."""
+    with pytest.raises(OverrideError, match="nesting deeper than"):
+        parse_overrides(["--model.junk", "[" * 900 + "]" * 900])
+    assert parse_overrides(["--a.b", "[[1]]", "--a.c", "[1, 2"]) == [("a.b", [[1]]), ("a.c", "[1, 2")]

@@ -11,9 +11,9 @@ Sections and the keys other tools rely on are listed in DESIGN.md.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
@@ -109,8 +109,47 @@ class DataloaderSection(_Plain):
     drop_last: bool = True
 
 
+def _not_a_bool(value: Any) -> Any:
+    # pydantic reads `true` as 1.0 for a float; an optimizer setting of `true` is a typo, not 1.0.
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true/false")
+    return value
+
+
+_Number = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+_Positive = Annotated[_Number, Field(gt=0.0)]
+_NonNegative = Annotated[_Number, Field(ge=0.0)]
+
+
+def _beta_pair(value: Any) -> Any:
+    # Checked as one value so a finding names `betas`, not an element the validator then drops.
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError("expected two numbers such as [0.9, 0.999]")
+    for beta in value:
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta < 1.0:
+            raise ValueError(f"each beta must be a number in [0, 1), got {beta!r}")
+    return tuple(float(beta) for beta in value)
+
+
 class OptimizerSection(_Target):
-    pass
+    """``torch.optim``-style kwargs. The hyper-parameters every optimizer shares are typed here, so a
+    bad value (``lr: abc``, ``lr: -1``) is a schema error at validate time, not a crash inside
+    ``torch.optim`` on every rank. Ranges are ``torch.optim.AdamW``'s own argument checks, except
+    that lr must be above 0 (a zero lr trains nothing) and finite.
+
+    The defaults are None only so that an absent key stays absent (the optimizer's own default
+    applies); an explicit ``null`` is refused, as torch would refuse it.
+    """
+
+    lr: _Positive = None
+    weight_decay: _NonNegative = None
+    eps: _NonNegative = None
+    betas: Annotated[tuple[float, float], BeforeValidator(_beta_pair)] = None
+    momentum: _NonNegative = None
+
+    def kwargs(self) -> dict[str, Any]:
+        typed = {name: getattr(self, name) for name in self.model_fields_set if name != "target"}
+        return {**typed, **super().kwargs()}
 
 
 class LRSchedulerSection(_Plain):

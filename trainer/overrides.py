@@ -46,17 +46,36 @@ class _TrainerLoader(yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self._aliases = 0
+        self._open_anchors: set[str] = set()  # anchors whose collection is still being composed
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
+            mark = self.peek_event().start_mark
             if self._aliases > MAX_ALIASES:
-                mark = self.peek_event().start_mark
                 raise ConfigError(
                     f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases; "
                     "write the values out instead of using many *aliases"
                 )
+            if self.peek_event().anchor in self._open_anchors:
+                raise ConfigError(f"line {mark.line + 1}: recursive alias: *{self.peek_event().anchor} is inside "
+                                  "its own &anchor; write the value out")
         return super().compose_node(parent, index)
+
+    def _compose_anchored(self, compose, anchor):
+        if anchor is None:
+            return compose(anchor)
+        self._open_anchors.add(anchor)
+        try:
+            return compose(anchor)
+        finally:
+            self._open_anchors.discard(anchor)
+
+    def compose_sequence_node(self, anchor):
+        return self._compose_anchored(super().compose_sequence_node, anchor)
+
+    def compose_mapping_node(self, anchor):
+        return self._compose_anchored(super().compose_mapping_node, anchor)
 
 
 _TrainerLoader.add_implicit_resolver(
