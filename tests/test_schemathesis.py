@@ -18,9 +18,10 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 # Where a schema-valid request can still be unusable, the documented answer is a 400 that the
 # positive-data check would count as "valid data rejected": JSON Schema can say "a string", not
 # "a string that parses as a YAML mapping" (validate, diff), nor "a model that fits on some GPU
-# count" (recommend answers 400 with the count that would work). Every other check (no 5xx,
+# count" (recommend answers 400 with the count that would work), nor "GPUs per node within the node
+# size of this GPU type" (plan and recommend answer 400 naming gpus). Every other check (no 5xx,
 # documented status, response schema, content type, invalid data rejected) still runs on them.
-MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend"}
+MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend", "/v1/plan"}
 
 
 @schema.parametrize()
