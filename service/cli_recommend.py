@@ -1,7 +1,7 @@
 """`recipe-advisor recommend`: a ready config, its layout and estimates, findings and launch commands.
 
-Exit 0; 2 on unusable input or an impossible request (the message says what would work);
-1 if the advised config itself fails validation (a bug: please report it).
+Exit 0; 2 on unusable input, an impossible request (the message says what would work), or
+overrides that make the config fail validation (the findings are printed; nothing is written).
 Arguments the parser does not know are config overrides: ``--optimizer.lr 1e-4``.
 """
 
@@ -17,7 +17,7 @@ from service.changes import verdict
 from service.recommend import Recommendation, recommend
 from service.yamlio import OverrideError
 
-EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
+EXIT_OK, EXIT_UNUSABLE = 0, 2
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -68,6 +68,14 @@ def run(args: argparse.Namespace) -> int:
         return report_error(err)
     except OverrideError as err:
         return report_error(err)
+    if rec.errors:  # only user overrides can get here: the advised config itself validates with 0 errors
+        for f in rec.findings:
+            if f.severity == "error":
+                where = f"{config_path}:{f.line}" if f.line else config_path
+                print(f"{where}: {f.code} error: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""), file=sys.stderr)
+        print(f"error: the overrides make the config invalid ({rec.errors} error(s)); nothing written",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
     if args.output:
         try:
             Path(args.output).write_text(rec.config_yaml, encoding="utf-8")
@@ -81,4 +89,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(rec.config_yaml, end="")
         print("\n".join("# " + line if line else "#" for line in summary_text(rec).splitlines()))
-    return EXIT_INVALID if rec.errors else EXIT_OK
+    return EXIT_OK

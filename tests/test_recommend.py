@@ -277,3 +277,12 @@ def test_peft_fallback_trains_on_fine_tuning_data_not_mock():
     assert not [f for f in validate_text(rec.config_yaml).findings if f.code == "RA-C007"]
     user = recommend("llama2-7b", 8, "h100", goal="peft", overrides=["--dataset.preset", "tulu3"])
     assert user.config["dataset"]["preset"] == "tulu3"
+
+
+def test_overrides_that_break_the_config_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "c.yaml"
+    assert main(["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
+                 "-o", str(out), "--distributed.tp_size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}:" in err and "RA-L006 error" in err and "nothing written" in err
+    assert not out.exists()
