@@ -250,9 +250,31 @@ def _fine_tuning_data(config: dict, goal: str, notes: list[str]) -> None:
                  "global batch and LR are still the pretraining recipe's, check them for fine-tuning")
 
 
+def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str]) -> None:
+    """The contract recipe's LR and step count on a bundled stand-in recipe (tuned for a tiny model):
+    the schedule keeps its shape (min LR in proportion to the LR, warmup and intervals to the steps)."""
+    lr, steps = _get(contract, "optimizer.lr"), _get(contract, "step_scheduler.max_steps")
+    old_lr, old_steps = _get(config, "optimizer.lr"), _get(config, "step_scheduler.max_steps")
+    if lr and old_lr and lr != old_lr:
+        _set(config, "optimizer.lr", lr)
+        if _get(config, "lr_scheduler.min_lr") is not None:
+            _set(config, "lr_scheduler.min_lr", _get(config, "lr_scheduler.min_lr") * lr / old_lr)
+    if steps and old_steps and steps != old_steps:
+        _set(config, "step_scheduler.max_steps", steps)
+        for key in ("lr_scheduler.warmup_steps", "step_scheduler.val_check_interval",
+                    "step_scheduler.checkpoint_interval"):
+            if _get(config, key):
+                _set(config, key, max(1, round(_get(config, key) * steps / old_steps)))
+    notes.append(f"LR {_get(config, 'optimizer.lr')} and {_get(config, 'step_scheduler.max_steps')} steps from "
+                 f"{source}; the data is the bundled recipe's small sample: point dataset.path (and "
+                 "validation_dataset.path) at your data")
+
+
 def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], row: PlannedLayout,
-                 request, overrides: list[str], notes: Optional[list[str]] = None) -> tuple[dict, dict]:
-    """(base config, advised config); says in ``notes`` what it changed beyond the layout."""
+                 request, overrides: list[str], notes: Optional[list[str]] = None,
+                 contract: Optional[dict] = None) -> tuple[dict, dict]:
+    """(base config, advised config); says in ``notes`` what it changed beyond the layout. ``contract``:
+    the config whose convergence contract the request keeps, when it is not the base recipe's."""
     base = _base_config(recipe)
     config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
     config.pop("metadata", None)
@@ -265,6 +287,9 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     if goal != "peft":
         config.pop("peft", None)
     _fine_tuning_data(config, goal, notes if notes is not None else [])
+    if engine == "bundled" and contract and contract is not base and recipe is not None and recipe.model != card.id:
+        _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe",
+                        notes if notes is not None else [])
     apply_layout(config, row, request, engine)
     name = _metadata(config, card, goal, engine, request, recipe)
     if engine == "bundled":
@@ -332,27 +357,27 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
         recipe, found = choose_recipe(card, wanted, engine, hardware.name, world, seq_length, precision)
         notes += found
         contract = contract_source(card, wanted, engine, recipe, hardware.name, world, seq_length, notes, precision)
-        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, **given)
+        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, **given), contract
 
     notes: list[str] = []
-    recipe, request = contract_request(goal, probe.world_size, notes)
+    recipe, request, contract = contract_request(goal, probe.world_size, notes)
     result = plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
         peft_notes: list[str] = []
-        peft_recipe, peft_request = contract_request("peft", 1, peft_notes)
+        peft_recipe, peft_request, peft_contract = contract_request("peft", 1, peft_notes)
         peft_plan = plan(peft_request)
         if peft_plan.best is not None:
             notes.append(f"1 GPU: {goal} does not fit, only PEFT does (seed decision tree); switched to LoRA")
             notes += [n for n in peft_notes if n not in notes]
-            goal, recipe, request, result = "peft", peft_recipe, peft_request, peft_plan
+            goal, recipe, request, result, contract = "peft", peft_recipe, peft_request, peft_plan, peft_contract
     if request.seq_length > C.LONG_CONTEXT:
         notes.append(f"long context ({request.seq_length} tokens): context parallelism is considered"
                      + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     if result.best is None:
         raise _impossible(result, request)
     best = _choose(result)
-    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes)
+    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract)
     text = _dump(config, recipe, notes)
     report = validate_text(text, config_path)
     # Index metadata is not training: the change list covers what the trainer reads.

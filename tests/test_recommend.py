@@ -286,3 +286,15 @@ def test_overrides_that_break_the_config_exit_2_and_write_nothing(tmp_path, caps
     err = capsys.readouterr().err
     assert f"{out}:" in err and "RA-L006 error" in err and "nothing written" in err
     assert not out.exists()
+
+
+def test_bundled_stand_in_recipe_takes_lr_and_steps_from_the_models_library_recipe():
+    rec = recommend("llama3-8b", 8, "h100", goal="peft", engine="bundled")
+    assert rec.recipe.model != "llama3-8b"  # a tiny stand-in recipe, tuned for a tiny model
+    cfg = rec.config
+    assert cfg["optimizer"]["lr"] == 1e-4 and cfg["step_scheduler"]["max_steps"] == 1000  # llama3_8b_peft_1gpu_h100_bf16
+    assert cfg["lr_scheduler"]["min_lr"] < cfg["optimizer"]["lr"]  # the schedule keeps its shape
+    assert any("point dataset.path" in n for n in rec.notes)
+    assert {c.key for c in rec.changes if c.layer == "convergence"} >= {"optimizer.lr", "step_scheduler.max_steps"}
+    tiny = recommend("tiny-llama", 2, "cpu", goal="peft", engine="bundled")  # its own recipe: unchanged
+    assert not any(c.key == "optimizer.lr" for c in tiny.changes)
