@@ -13,6 +13,8 @@ A config from a user or a pull request is data. Loading it:
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -86,7 +88,11 @@ def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
 
 
 def read_file(path: str, max_bytes: int = MAX_BYTES) -> str:
-    """Read a config file without ever holding more than the limit in memory."""
+    """Read a config file without ever holding more than the limit in memory. Anything but a regular
+    file (a FIFO would block the open until a writer comes) is refused before it is opened."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise YamlError("not a regular file (a folder, pipe, socket or device)", path=path,
+                        fix="pass the path of a YAML config file")
     with open(path, "rb") as fh:
         raw = fh.read(max_bytes + 1)
     return decode(raw, path, max_bytes)
@@ -280,7 +286,7 @@ def _coerce(raw: str) -> Any:
     """A value typed as the trainer types it, after the same size and alias-expansion limits as a
     whole config: an override comes from a client as much as a posted file does."""
     if len(raw) > MAX_OVERRIDE_CHARS:
-        raise OverrideError(f"override value is over {MAX_OVERRIDE_CHARS:,} characters")
+        raise OverrideError(f"value is over {MAX_OVERRIDE_CHARS:,} characters")
     try:
         _stream_within_limits(raw, "override")  # nesting first: deep values recurse when built or dumped
         node = yaml.compose(raw, Loader=_Loader)
@@ -289,7 +295,7 @@ def _coerce(raw: str) -> Any:
     except yaml.YAMLError:
         pass  # not YAML: coerce_value keeps the string given
     except YamlError as err:
-        raise OverrideError(f"override value {err.reason}; {err.fix}") from None
+        raise OverrideError(f"{err.reason}; {err.fix}") from None  # parse_overrides names the flag
     return coerce_value(raw, loader=_Loader)
 
 

@@ -125,3 +125,17 @@ def test_cli_json_and_exit_codes(tmp_path, capsys):
     bad.write_text("a: [1, 2\n")
     assert main(["diff", str(bad), str(new)]) == 2
     assert "bad.yaml" in capsys.readouterr().err
+
+
+def test_diff_refuses_a_named_pipe_without_blocking(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fifo, good = tmp_path / "pipe.yaml", tmp_path / "good.yaml"
+    os.mkfifo(fifo)
+    good.write_text("precision: bf16\n")
+    code = "import sys; from service.cli import main; sys.exit(main(['diff', sys.argv[1], sys.argv[2]]))"
+    done = subprocess.run([sys.executable, "-c", code, str(fifo), str(good)], capture_output=True, text=True,
+                          timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 2 and "not a regular file" in done.stderr

@@ -43,6 +43,7 @@ def models(tmp_path_factory):
         "kv16": make("kv16", **dict(DENSE, num_key_value_heads=16)),
         "l21": make("l21", **dict(DENSE, num_hidden_layers=21)),
         "l30": make("l30", **dict(DENSE, num_hidden_layers=30)),
+        "ctx2k": make("ctx2k", **dict(DENSE, max_position_embeddings=2048)),
     }
 
 
@@ -104,6 +105,7 @@ CASES = [
     ("RA-C008", "dense", {"metadata": dict(META, mode="peft")}),
     ("RA-C009", None, {"model.pretrained_model_name_or_path": "no-such-model-xyz"}),
     ("RA-C010", "dense", {"hardware.gpu_type": "tpu-v9"}),
+    ("RA-C011", "ctx2k", {}),  # base seq 4096 > 2048 positions
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]
@@ -215,3 +217,26 @@ def test_bundled_fp8_follows_the_trainer_capabilities(models, gpu, tp, expected,
     e003 = [f for f in report.findings if f.code == "RA-E003"]
     if e003:
         assert e003[0].key == key and e003[0].fix
+
+
+def test_seq_length_beyond_context_is_a_warning_naming_both_numbers(models):
+    config = base(models["ctx2k"])
+    config["dataset"]["seq_length"] = 2048
+    assert codes(config) == []  # exactly at the limit is fine
+    del config["dataset"]["seq_length"]
+    config["model"]["seq_length"] = 3000  # only the model's length set: that is the one judged
+    [finding] = validate_text(yaml.safe_dump(config, sort_keys=False), "ctx.yaml").findings
+    assert (finding.code, finding.severity, finding.key) == ("RA-C011", "warning", "model.seq_length")
+    assert "3000" in finding.message and "2048" in finding.message
+    assert "lower model.seq_length" in finding.fix and "RoPE scaling" in finding.fix
+    assert finding.line == 3  # points at the key in the file
+
+
+def test_seq_length_rule_mentions_the_models_rope_scaling(tmp_path):
+    folder = tmp_path / "yarn"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(
+        DENSE, max_position_embeddings=2048, rope_scaling={"rope_type": "yarn", "factor": 4.0})))
+    report = validate_text(yaml.safe_dump(base(str(folder)), sort_keys=False), "yarn.yaml")
+    [finding] = [f for f in report.findings if f.code == "RA-C011"]
+    assert finding.severity == "warning" and "`yarn`" in finding.message

@@ -258,3 +258,9 @@ def test_trainer_loader_refuses_a_recursive_alias_with_its_line(tmp_path, text):
     shared = tmp_path / "shared.yaml"
     shared.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
     assert load_yaml_file(shared)["b"] == [[1, 2], [1, 2]]
+
+
+@pytest.mark.parametrize("value, needle", [("&a [*a]", "recursive alias"), ("2024-13-45", "month")])
+def test_override_value_errors_name_the_flag(value, needle):
+    with pytest.raises(ConfigError, match=rf"^override --optimizer\.lr: .*{needle}"):
+        apply_overrides({"optimizer": {"lr": 0.1}}, ["--optimizer.lr", value])

@@ -192,3 +192,33 @@ def test_output_into_a_closed_pipe_ends_quietly(argv):
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stderr == ""
     assert done.returncode == 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
+
+
+def test_named_pipe_and_device_are_refused_without_opening(tmp_path):
+    """Opening a FIFO blocks until a writer comes: validate must stat first. A subprocess with a
+    timeout, so a regression fails here instead of hanging the suite."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    done = subprocess.run([sys.executable, "-m", "service.cli", "validate", str(fifo), os.devnull,
+                           str(tmp_path / "good.yaml"), "--format", "json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    by_path = {f["path"]: f["findings"] for f in json.loads(done.stdout)["files"]}
+    [pipe_finding] = by_path[str(fifo)]
+    assert pipe_finding["code"] == "RA-F001" and "not a regular file" in pipe_finding["message"]
+    assert "named pipe" in pipe_finding["message"]
+    [null_finding] = by_path[os.devnull]
+    assert null_finding["code"] == "RA-F001" and "character device" in null_finding["message"]
+    assert by_path[str(tmp_path / "good.yaml")] == []  # the regular file beside them is still checked
+
+
+def test_folder_holding_a_fifo_still_checks_its_regular_files(tmp_path, capsys):
+    os.mkfifo(tmp_path / "queue.yaml")
+    (tmp_path / "good.yaml").write_text(GOOD)
+    code, out, _ = run_cli(capsys, "validate", str(tmp_path))
+    assert code == 2
+    assert "queue.yaml:1:1: RA-F001 error: not a regular file" in out
+    assert "2 file(s): 1 error(s), 0 warning(s)" in out

@@ -201,3 +201,19 @@ def test_override_nesting_is_bounded_like_a_file():
     with pytest.raises(OverrideError, match="nesting deeper than"):
         parse_overrides(["--model.junk", "[" * 900 + "]" * 900])
     assert parse_overrides(["--a.b", "[[1]]", "--a.c", "[1, 2"]) == [("a.b", [[1]]), ("a.c", "[1, 2")]
+
+
+def test_override_errors_name_the_flag():
+    out = _run_guarded(
+        "from service.yamlio import OverrideError, apply_overrides\n"
+        "try:\n"
+        "    apply_overrides({'optimizer': {'lr': 1.0}}, ['--a.b', '1', '--optimizer.lr', '&a [*a]'])\n"
+        "except OverrideError as err:\n"
+        "    print(err)\n"
+    )
+    assert out.startswith("override --optimizer.lr: recursive alias"), out
+    with pytest.raises(OverrideError, match=r"^override --model\.junk: value is over 10,000 characters"):
+        parse_overrides(["--model.junk", "x" * 10_001])
+    # a value YAML reads as an impossible date: a one-line error naming the flag, not a traceback
+    with pytest.raises(OverrideError, match=r"^override --metadata\.name: .*month"):
+        apply_overrides({}, ["--metadata.name=2024-13-45"])

@@ -159,7 +159,11 @@ def parse_overrides(argv: list[str], coerce: Callable[[str], Any] | None = None)
             i += 2
         if not _KEY.match(key):
             raise ConfigError(f"override --{key}: not a dotted key like optimizer.lr")
-        pairs.append((key, coerce(value)))
+        try:
+            typed = coerce(value)
+        except ValueError as err:  # the service's limits (OverrideError), a recursive alias, a bad date
+            raise ConfigError(f"override --{key}: {err}") from None
+        pairs.append((key, typed))
     return pairs
 
 

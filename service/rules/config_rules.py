@@ -129,6 +129,24 @@ def hardware_resolves(view: "ConfigView") -> Optional[Violation]:
                      "use a known gpu_type (recipe-advisor hardware)")
 
 
+@config_rule("RA-C011", "warning", "dataset.seq_length", "sequence length within the model's context",
+             "HF config.json max_position_embeddings; a warning because RoPE scaling can extend it")
+def seq_length_within_context(view: "ConfigView") -> Optional[Violation]:
+    cfg, facts = view.config, view.facts
+    model = facts.model if facts else None
+    if cfg is None or model is None or not model.max_position_embeddings or not cfg.seq_length:
+        return None
+    if cfg.seq_length <= model.max_position_embeddings:
+        return None
+    key = "dataset.seq_length" if cfg.dataset.seq_length else "model.seq_length"
+    scaling = (model.rope_scaling or {}).get("rope_type") or (model.rope_scaling or {}).get("type")
+    note = f" (its rope_scaling `{scaling}` may already cover this; check the factor)" if scaling else ""
+    return Violation(f"{key}={cfg.seq_length} exceeds the model's max_position_embeddings="
+                     f"{model.max_position_embeddings}{note}",
+                     f"lower {key} to {model.max_position_embeddings} or less, or use a model (or RoPE scaling, "
+                     "e.g. yarn) that supports this context", key=key)
+
+
 def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
     if isinstance(node, dict):
         target = node.get("_target_")
