@@ -302,7 +302,13 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
             if _get(config, key) is None:
                 _set(config, key, value)
     if overrides:
+        planned = config
         config = apply_overrides(config, overrides)
+        moved = [c.key for c in diff(planned, config)
+                 if c.key.startswith("distributed.") or c.key == "step_scheduler.local_batch_size"]
+        if moved and notes is not None:
+            notes.append(f"your overrides change the layout ({', '.join(moved)}): the layout, memory and time "
+                         "shown are the planner's choice before them; `recipe-advisor plan` estimates yours")
     return base, config
 
 

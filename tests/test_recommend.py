@@ -298,3 +298,11 @@ def test_bundled_stand_in_recipe_takes_lr_and_steps_from_the_models_library_reci
     assert {c.key for c in rec.changes if c.layer == "convergence"} >= {"optimizer.lr", "step_scheduler.max_steps"}
     tiny = recommend("tiny-llama", 2, "cpu", goal="peft", engine="bundled")  # its own recipe: unchanged
     assert not any(c.key == "optimizer.lr" for c in tiny.changes)
+
+
+def test_layout_overrides_are_flagged_against_the_planned_estimates():
+    rec = recommend("llama3-8b", 8, "h100", overrides=["--distributed.tp_size", "4"])
+    assert rec.config["distributed"]["tp_size"] == 4
+    assert any("distributed.tp_size" in n and "before them" in n for n in rec.notes)
+    plain = recommend("llama3-8b", 8, "h100", overrides=["--optimizer.lr", "1e-4"])
+    assert not any("change the layout" in n for n in plain.notes)
