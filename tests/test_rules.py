@@ -240,3 +240,13 @@ def test_seq_length_rule_mentions_the_models_rope_scaling(tmp_path):
     report = validate_text(yaml.safe_dump(base(str(folder)), sort_keys=False), "yarn.yaml")
     [finding] = [f for f in report.findings if f.code == "RA-C011"]
     assert finding.severity == "warning" and "`yarn`" in finding.message
+
+
+def test_unknown_model_finding_says_what_went_wrong_once(models, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = base(models["dense"])
+    config["model"]["pretrained_model_name_or_path"] = "llama3-8x"
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    finding = next(f for f in report.findings if f.code == "RA-C009")
+    assert ".;" not in finding.message and "Pass a bundled id" not in finding.message  # the fix is separate
+    assert "llama3-8b" in finding.message and "Hugging Face" in finding.fix
