@@ -260,7 +260,8 @@ def test_trainer_loader_refuses_a_recursive_alias_with_its_line(tmp_path, text):
     assert load_yaml_file(shared)["b"] == [[1, 2], [1, 2]]
 
 
-@pytest.mark.parametrize("value, needle", [("&a [*a]", "recursive alias"), ("2024-13-45", "month")])
-def test_override_value_errors_name_the_flag(value, needle):
-    with pytest.raises(ConfigError, match=rf"^override --optimizer\.lr: .*{needle}"):
-        apply_overrides({"optimizer": {"lr": 0.1}}, ["--optimizer.lr", value])
+def test_override_value_errors_name_the_flag():
+    with pytest.raises(ConfigError, match=r"^override --optimizer\.lr: .*recursive alias"):
+        apply_overrides({"optimizer": {"lr": 0.1}}, ["--optimizer.lr", "&a [*a]"])
+    # what YAML reads as an impossible date is no YAML value: it stays the string given
+    assert apply_overrides({}, ["--metadata.name", "2024-13-45"])["metadata"]["name"] == "2024-13-45"

@@ -96,7 +96,9 @@ def coerce_value(text: str, loader: type | None = None) -> Any:
         return None
     try:
         value = yaml.load(text, Loader=loader or _TrainerLoader)
-    except yaml.YAMLError:
+    except ConfigError:  # a limit of the loader (recursive alias, alias count): refuse, never a string
+        raise
+    except (yaml.YAMLError, ValueError):  # ValueError: what YAML reads as an impossible date (2024-13-45)
         return text
     return text if value is None else value
 
