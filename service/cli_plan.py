@@ -8,7 +8,8 @@ import sys
 from typing import Optional
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
-from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, gpus_needed, make_request, plan
+from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
+from service.sizing import gpus_needed
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10

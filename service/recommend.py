@@ -31,8 +31,9 @@ from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
 from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_name, gaps_note, render_commands
-from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, gpus_needed, make_request,
+from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
+from service.sizing import gpus_needed
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision

@@ -11,7 +11,8 @@ from recipe_index.errors import UnknownHardwareError
 from service import constants as C
 from service.cli import main
 from service.facts import Layout
-from service.planner import PlanError, explain_layout, facts_for, gpus_needed, make_request, plan, rank
+from service.planner import PlanError, explain_layout, facts_for, make_request, plan, rank
+from service.sizing import gpus_needed
 from service.rules.memory_fit import memory_fits
 from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
