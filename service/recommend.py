@@ -226,10 +226,10 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     recipe, notes = choose_recipe(card, goal, engine, hardware.name, world, seq_length, precision)
     contract = contract_source(card, goal, engine, recipe, hardware.name, world, seq_length, notes, precision)
     seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
-    precision = contract.get("precision")
-    if engine == "bundled" and precision not in ("bf16", "fp16", "fp32"):
-        precision = "bf16" if precision else None
-    return seq, _get(contract, "step_scheduler.global_batch_size"), precision
+    recipe_precision = contract.get("precision")
+    if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
+        recipe_precision = _bundled_precision(recipe_precision, hardware, [])
+    return seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision
 
 
 def _base_config(recipe: Optional[RecipeEntry]) -> dict:
@@ -256,6 +256,8 @@ def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str])
     the schedule keeps its shape (min LR in proportion to the LR, warmup and intervals to the steps)."""
     lr, steps = _get(contract, "optimizer.lr"), _get(contract, "step_scheduler.max_steps")
     old_lr, old_steps = _get(config, "optimizer.lr"), _get(config, "step_scheduler.max_steps")
+    carried = [f"LR {lr}" if lr and old_lr and lr != old_lr else None,
+               f"{steps} steps" if steps and old_steps and steps != old_steps else None]
     if lr and old_lr and lr != old_lr:
         _set(config, "optimizer.lr", lr)
         if _get(config, "lr_scheduler.min_lr") is not None:
@@ -266,9 +268,11 @@ def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str])
                     "step_scheduler.checkpoint_interval"):
             if _get(config, key):
                 _set(config, key, max(1, round(_get(config, key) * steps / old_steps)))
-    notes.append(f"LR {_get(config, 'optimizer.lr')} and {_get(config, 'step_scheduler.max_steps')} steps from "
-                 f"{source}; the data is the bundled recipe's small sample: point dataset.path (and "
-                 "validation_dataset.path) at your data")
+    carried = [c for c in carried if c]
+    if carried:
+        notes.append(f"{' and '.join(carried)} from {source}")
+    notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
+                 "at your data")
 
 
 def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], row: PlannedLayout,
@@ -375,8 +379,8 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
         peft_recipe, peft_request, peft_contract = contract_request("peft", 1, peft_notes)
         peft_plan = plan(peft_request)
         if peft_plan.best is not None:
-            notes.append(f"1 GPU: {goal} does not fit, only PEFT does (seed decision tree); switched to LoRA")
-            notes += [n for n in peft_notes if n not in notes]
+            # The abandoned goal's notes (its recipe, its contract) no longer describe the config.
+            notes = [f"1 GPU: {goal} does not fit, only PEFT does (seed decision tree); switched to LoRA"] + peft_notes
             goal, recipe, request, result, contract = "peft", peft_recipe, peft_request, peft_plan, peft_contract
     if request.seq_length > C.LONG_CONTEXT:
         notes.append(f"long context ({request.seq_length} tokens): context parallelism is considered"

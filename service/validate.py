@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -250,25 +249,9 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
     return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model))
 
 
-def _not_regular_file(path: str) -> Optional[str]:
-    """What the path is when it is not a regular file: opening a FIFO blocks until a writer comes,
-    and a device or socket is no config, so these are refused from ``stat`` before any open."""
-    mode = os.stat(path).st_mode
-    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return None if stat.S_ISREG(mode) else "not a file"
-
-
 def validate_file(path: str, **kwargs) -> FileReport:
     try:
-        kind = _not_regular_file(path)
-        if kind is not None:
-            return FileReport(path=path, unusable=True, findings=[Finding(
-                code="RA-F001", severity="error", message=f"not a regular file: {kind}",
-                fix="pass a .yaml file (or a folder of them)")])
-        return validate_text(read_file(path), path, **kwargs)
+        return validate_text(read_file(path), path, **kwargs)  # read_file refuses pipes and devices first
     except YamlError as err:
         return FileReport(path=path, findings=[unusable_finding(err)], unusable=True)
     except OSError as err:

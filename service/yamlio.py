@@ -14,6 +14,7 @@ A config from a user or a pull request is data. Loading it:
 from __future__ import annotations
 
 import os
+import stat
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -87,12 +88,28 @@ def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
                         fix="save the file as UTF-8") from None
 
 
+def not_regular_file(path: str) -> Optional[str]:
+    """What the path is when it is not a regular file (None for a file or a missing path, which
+    ``open`` reports): opening a FIFO blocks until a writer comes, and a device or socket is no
+    config, so these are refused from ``stat`` before any open."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a file"
+
+
 def read_file(path: str, max_bytes: int = MAX_BYTES) -> str:
     """Read a config file without ever holding more than the limit in memory. Anything but a regular
     file (a FIFO would block the open until a writer comes) is refused before it is opened."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise YamlError("not a regular file (a folder, pipe, socket or device)", path=path,
-                        fix="pass the path of a YAML config file")
+    kind = not_regular_file(path)
+    if kind is not None:
+        raise YamlError(f"not a regular file: {kind}", path=path, fix="pass the path of a YAML config file")
     with open(path, "rb") as fh:
         raw = fh.read(max_bytes + 1)
     return decode(raw, path, max_bytes)

@@ -306,3 +306,15 @@ def test_layout_overrides_are_flagged_against_the_planned_estimates():
     assert any("distributed.tp_size" in n and "before them" in n for n in rec.notes)
     plain = recommend("llama3-8b", 8, "h100", overrides=["--optimizer.lr", "1e-4"])
     assert not any("change the layout" in n for n in plain.notes)
+
+
+def test_one_gpu_peft_switch_keeps_only_the_peft_notes():
+    rec = recommend("llama3-8b", 1, "h100", goal="pretrain", engine="bundled")
+    assert rec.goal == "peft" and rec.notes[0].startswith("1 GPU: pretrain does not fit")
+    assert not any("_pretrain_" in n for n in rec.notes)  # the abandoned pretrain recipe and contract
+    assert any("llama3_8b_peft_" in n for n in rec.notes)
+
+
+def test_own_bundled_recipe_gets_no_carried_schedule_note():
+    rec = recommend("tiny-llama", 2, "cpu", goal="pretrain", engine="bundled")
+    assert not any(" steps from " in n or n.startswith("LR ") for n in rec.notes)

@@ -236,6 +236,13 @@ def test_good_optimizer_values_reach_the_optimizer_unchanged():
     assert section.kwargs() == {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.0, "amsgrad": True}
     # keys the config leaves out stay out, so the optimizer's own defaults apply
     assert parse_config({"optimizer": {"_target_": "torch.optim.SGD", "lr": 0.1}}).optimizer.kwargs() == {"lr": 0.1}
+    # Adafactor's eps is a pair (None or a number, a number), and it builds in torch
+    import torch
+
+    adafactor = parse_config({"optimizer": {"_target_": "torch.optim.Adafactor", "lr": 0.01,
+                                            "eps": [None, 1e-3]}}).optimizer.kwargs()
+    assert adafactor == {"lr": 0.01, "eps": (None, 1e-3)}
+    torch.optim.Adafactor([torch.nn.Parameter(torch.zeros(2))], **adafactor)
 
 
 @pytest.mark.parametrize("flag", ["--nproc-per-node", "--nnodes"])

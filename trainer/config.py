@@ -11,6 +11,8 @@ Sections and the keys other tools rely on are listed in DESIGN.md.
 
 from __future__ import annotations
 
+import math
+
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -121,6 +123,19 @@ _Positive = Annotated[_Number, Field(gt=0.0)]
 _NonNegative = Annotated[_Number, Field(ge=0.0)]
 
 
+def _eps_value(value: Any) -> Any:
+    # A number >= 0 (Adam family, RMSprop, Adagrad), or Adafactor's pair (None or a number, a number).
+    def number(x: Any, optional: bool = False) -> bool:
+        if optional and x is None:
+            return True
+        return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+
+    if number(value) or (isinstance(value, (list, tuple)) and len(value) == 2
+                         and number(value[0], optional=True) and number(value[1])):
+        return tuple(value) if isinstance(value, list) else value
+    raise ValueError(f"expected a finite number >= 0 (or Adafactor's pair such as [null, 0.001]), got {value!r}")
+
+
 def _beta_pair(value: Any) -> Any:
     # Checked as one value so a finding names `betas`, not an element the validator then drops.
     if not isinstance(value, (list, tuple)) or len(value) != 2:
@@ -134,8 +149,8 @@ def _beta_pair(value: Any) -> Any:
 class OptimizerSection(_Target):
     """``torch.optim``-style kwargs. The hyper-parameters every optimizer shares are typed here, so a
     bad value (``lr: abc``, ``lr: -1``) is a schema error at validate time, not a crash inside
-    ``torch.optim`` on every rank. Ranges are ``torch.optim.AdamW``'s own argument checks, except
-    that lr must be above 0 (a zero lr trains nothing) and finite.
+    ``torch.optim`` on every rank. Ranges are the torch optimizers' own argument checks (AdamW's; eps
+    may also be Adafactor's pair), except that lr must be above 0 (a zero lr trains nothing) and finite.
 
     The defaults are None only so that an absent key stays absent (the optimizer's own default
     applies); an explicit ``null`` is refused, as torch would refuse it.
@@ -143,7 +158,7 @@ class OptimizerSection(_Target):
 
     lr: _Positive = None
     weight_decay: _NonNegative = None
-    eps: _NonNegative = None
+    eps: Annotated[Any, BeforeValidator(_eps_value)] = None
     betas: Annotated[tuple[float, float], BeforeValidator(_beta_pair)] = None
     momentum: _NonNegative = None
 

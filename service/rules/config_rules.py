@@ -118,8 +118,8 @@ def model_resolves(view: "ConfigView") -> Optional[Violation]:
     if view.model_error is None:
         return None
     return Violation(f"{view.model_error}; model-dependent rules were skipped",
-                     "name a bundled model id (the models list), a local config.json or its folder, or a "
-                     "Hugging Face repo id whose config is in the HF cache (offline) or reachable")
+                     "name a bundled model id (`recipe-advisor models`, GET /v1/models); the CLI also takes a "
+                     "local config.json or its folder, or a Hugging Face repo id whose config is in the HF cache")
 
 
 @config_rule("RA-C010", "warning", "hardware.gpu_type", "the hardware resolves", "recipe_index/hardware.yaml")
