@@ -27,10 +27,11 @@ class UnknownModelError(ValueError):
         self.name = name
         self.suggestions = list(suggestions)
         self.reason = reason
+        # What went wrong, without the advice (the service and RA-C009 give their own).
+        self.problem = f"unknown model {name!r}" + (f" ({reason})" if reason else "")
         hint = f" Closest bundled ids: {', '.join(self.suggestions)}." if self.suggestions else ""
-        why = f" ({reason})" if reason else ""
         super().__init__(
-            f"unknown model {name!r}{why}.{hint} Pass a bundled id (`recipe-advisor models`), "
+            f"{self.problem}.{hint} Pass a bundled id (`recipe-advisor models`), "
             "a path to a config.json or its folder, or a Hugging Face repo id with network access "
             "(or a warm Hugging Face cache when HF_HUB_OFFLINE=1)."
         )

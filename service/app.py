@@ -73,8 +73,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unknown_model(request: Request, exc: UnknownModelError) -> JSONResponse:
         # The library's message offers local paths, which the service never reads; say what works here.
         near = f" Closest bundled ids: {', '.join(exc.suggestions)}." if exc.suggestions else ""
-        why = f" ({exc.reason})" if exc.reason else ""
-        return _error(404, f"unknown model {exc.name!r}{why}.{near}", "model", exc.suggestions)
+        return _error(404, f"{exc.problem}.{near}", "model", exc.suggestions)
 
     @app.exception_handler(ModelConfigError)
     async def _bad_model_config(request: Request, exc: ModelConfigError) -> JSONResponse:

@@ -52,9 +52,9 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
 
     seq, gbs, precision = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
                                             engine=args.engine, seq_length=args.seq_length, precision=args.precision)
-    chosen = {"seq_length": (args.seq_length, seq), "global_batch_size": (args.global_batch_size, gbs),
-              "precision": (args.precision, precision)}
-    values = {name: given if given is not None else default for name, (given, default) in chosen.items()}
+    values = {"seq_length": args.seq_length if args.seq_length is not None else seq,
+              "global_batch_size": args.global_batch_size if args.global_batch_size is not None else gbs,
+              "precision": args.precision or precision}
     return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
                         **{name: value for name, value in values.items() if value is not None})
 
@@ -65,13 +65,6 @@ def report_error(err: Exception) -> int:
     where = f"--{field.replace('_', '-')}: " if isinstance(err, PlanError) and field else ""
     print(f"error: {where}{err}", file=sys.stderr)
     return EXIT_UNUSABLE
-
-
-def plan_dict(result: Plan, top: Optional[int]) -> dict:
-    """`plan --format json` and POST /v1/plan: the ranking, and the rules that rejected layouts."""
-    rejections = [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
-                  for code, (finding, count) in sorted(result.rejections.items())]
-    return {**result.to_dict(top=top), "rejections": rejections}
 
 
 def format_text(result: Plan, top: Optional[int]) -> str:
@@ -116,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return report_error(err)
     top = args.top if args.top and args.top > 0 else None
     if args.format == "json":
-        print(json.dumps(plan_dict(result, top), indent=2))
+        print(json.dumps(result.to_dict(top=top), indent=2))
     else:
         print(format_text(result, top))
     return EXIT_OK

@@ -225,6 +225,8 @@ class Plan:
             "goal": req.goal, "engine": req.engine, "precision": req.precision,
             "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict() for row in rows],
+            "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
+                           for code, (finding, count) in sorted(self.rejections.items())],
         }
 
 

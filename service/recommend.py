@@ -214,6 +214,14 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
     return _base_config(library)
 
 
+def _recipe_and_contract(card: ModelCard, goal: str, engine: str, hardware: str, world: int, seq: Optional[int],
+                         precision: Optional[str], notes: list[str]) -> tuple[Optional[RecipeEntry], dict]:
+    """The base recipe (seed decision tree) and the config whose convergence contract the request keeps."""
+    recipe, found = choose_recipe(card, goal, engine, hardware, world, seq, precision)
+    notes += found
+    return recipe, contract_source(card, goal, engine, recipe, hardware, world, seq, notes, precision)
+
+
 def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                       goal: str = "pretrain", engine: str = "megatron",
                       seq_length: Optional[int] = None, precision: Optional[str] = None,
@@ -223,8 +231,7 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
-    recipe, notes = choose_recipe(card, goal, engine, hardware.name, world, seq_length, precision)
-    contract = contract_source(card, goal, engine, recipe, hardware.name, world, seq_length, notes, precision)
+    _, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
     seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
@@ -256,19 +263,19 @@ def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str])
     the schedule keeps its shape (min LR in proportion to the LR, warmup and intervals to the steps)."""
     lr, steps = _get(contract, "optimizer.lr"), _get(contract, "step_scheduler.max_steps")
     old_lr, old_steps = _get(config, "optimizer.lr"), _get(config, "step_scheduler.max_steps")
-    carried = [f"LR {lr}" if lr and old_lr and lr != old_lr else None,
-               f"{steps} steps" if steps and old_steps and steps != old_steps else None]
+    carried = []
     if lr and old_lr and lr != old_lr:
+        carried.append(f"LR {lr}")
         _set(config, "optimizer.lr", lr)
         if _get(config, "lr_scheduler.min_lr") is not None:
             _set(config, "lr_scheduler.min_lr", _get(config, "lr_scheduler.min_lr") * lr / old_lr)
     if steps and old_steps and steps != old_steps:
+        carried.append(f"{steps} steps")
         _set(config, "step_scheduler.max_steps", steps)
         for key in ("lr_scheduler.warmup_steps", "step_scheduler.val_check_interval",
                     "step_scheduler.checkpoint_interval"):
             if _get(config, key):
                 _set(config, key, max(1, round(_get(config, key) * steps / old_steps)))
-    carried = [c for c in carried if c]
     if carried:
         notes.append(f"{' and '.join(carried)} from {source}")
     notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
@@ -280,6 +287,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
                  contract: Optional[dict] = None) -> tuple[dict, dict]:
     """(base config, advised config); says in ``notes`` what it changed beyond the layout. ``contract``:
     the config whose convergence contract the request keeps, when it is not the base recipe's."""
+    notes = [] if notes is None else notes
     base = _base_config(recipe)
     config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
     config.pop("metadata", None)
@@ -291,10 +299,9 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         config["peft"] = dict(LORA[engine])
     if goal != "peft":
         config.pop("peft", None)
-    _fine_tuning_data(config, goal, notes if notes is not None else [])
-    if engine == "bundled" and contract and contract is not base and recipe is not None and recipe.model != card.id:
-        _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe",
-                        notes if notes is not None else [])
+    _fine_tuning_data(config, goal, notes)
+    if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:  # a stand-in recipe
+        _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe", notes)
     apply_layout(config, row, request, engine)
     name = _metadata(config, card, goal, engine, request, recipe)
     if engine == "bundled":
@@ -311,7 +318,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         config = apply_overrides(config, overrides)
         moved = [c.key for c in diff(planned, config)
                  if c.key.startswith("distributed.") or c.key == "step_scheduler.local_batch_size"]
-        if moved and notes is not None:
+        if moved:
             notes.append(f"your overrides change the layout ({', '.join(moved)}): the layout, memory and time "
                          "shown are the planner's choice before them; `recipe-advisor plan` estimates yours")
     return base, config
@@ -365,9 +372,8 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     given = {"nodes": nodes, "seq_length": seq_length, "global_batch_size": global_batch_size, "precision": precision}
 
     def contract_request(wanted: str, world: int, notes: list[str]):
-        recipe, found = choose_recipe(card, wanted, engine, hardware.name, world, seq_length, precision)
-        notes += found
-        contract = contract_source(card, wanted, engine, recipe, hardware.name, world, seq_length, notes, precision)
+        recipe, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length, precision,
+                                                notes)
         return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, **given), contract
 
     notes: list[str] = []
@@ -393,9 +399,10 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     report = validate_text(text, config_path)
     # Index metadata is not training: the change list covers what the trainer reads.
     changes = [c for c in diff(base, config) if not c.key.startswith("metadata.")] if base else []
-    gaps = bridge_gaps(base, config, report.findings) if bridge_recipe_name(base, recipe) else []
+    bridge_recipe = bridge_recipe_name(base, recipe)
+    gaps = bridge_gaps(base, config, report.findings) if bridge_recipe else []
     if gaps:
-        notes.append(gaps_note(bridge_recipe_name(base, recipe), gaps))
+        notes.append(gaps_note(bridge_recipe, gaps))
     commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps))
     return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
                           config=config, config_yaml=text, changes=changes, findings=report.findings,

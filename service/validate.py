@@ -135,15 +135,13 @@ def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
     if not name:
         return None, None
     from recipe_index import resolve_model
-
     from recipe_index.errors import UnknownModelError
 
     try:
         return (resolver or resolve_model)(name), None
     except UnknownModelError as exc:  # RA-C009 gives its own fix: keep the finding to what went wrong
-        why = f" ({exc.reason})" if exc.reason else ""
         hint = f"; closest bundled ids: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        return None, f"unknown model {exc.name!r}{why}{hint}"
+        return None, f"{exc.problem}{hint}"
     except (LookupError, ValueError, OSError) as exc:
         return None, str(exc).rstrip(".")
 

@@ -123,15 +123,18 @@ _Positive = Annotated[_Number, Field(gt=0.0)]
 _NonNegative = Annotated[_Number, Field(ge=0.0)]
 
 
+def _real(x: Any) -> bool:
+    """A finite int or float, and not a bool (which Python counts as an int)."""
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
+
+
 def _eps_value(value: Any) -> Any:
     # A number >= 0 (Adam family, RMSprop, Adagrad), or Adafactor's pair (None or a number, a number).
-    def number(x: Any, optional: bool = False) -> bool:
-        if optional and x is None:
-            return True
-        return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+    def number(x: Any) -> bool:
+        return _real(x) and x >= 0
 
     if number(value) or (isinstance(value, (list, tuple)) and len(value) == 2
-                         and number(value[0], optional=True) and number(value[1])):
+                         and (value[0] is None or number(value[0])) and number(value[1])):
         return tuple(value) if isinstance(value, list) else value
     raise ValueError(f"expected a finite number >= 0 (or Adafactor's pair such as [null, 0.001]), got {value!r}")
 
@@ -141,7 +144,7 @@ def _beta_pair(value: Any) -> Any:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ValueError("expected two numbers such as [0.9, 0.999]")
     for beta in value:
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta < 1.0:
+        if not (_real(beta) and 0.0 <= beta < 1.0):
             raise ValueError(f"each beta must be a number in [0, 1), got {beta!r}")
     return tuple(float(beta) for beta in value)
 

@@ -163,7 +163,7 @@ def parse_overrides(argv: list[str], coerce: Callable[[str], Any] | None = None)
             raise ConfigError(f"override --{key}: not a dotted key like optimizer.lr")
         try:
             typed = coerce(value)
-        except ValueError as err:  # the service's limits (OverrideError), a recursive alias, a bad date
+        except ValueError as err:  # the service's limits (OverrideError), a recursive alias
             raise ConfigError(f"override --{key}: {err}") from None
         pairs.append((key, typed))
     return pairs
