@@ -145,6 +145,9 @@ def _distributed(record: dict[str, Any]) -> dict[str, Any]:
         dist["use_megatron_fsdp"] = True
     if record.get("pipeline_model_parallel_layout_set"):
         dist["pipeline_layout"] = "explicit"
+    if record.get("kind") == "perf_benchmark":
+        # _benchmark_common() sets grad_reduce_in_fp32=False (mbridge_rules.md, benchmark recipes).
+        dist["grad_reduce_dtype"] = "bf16"
     return dist
 
 

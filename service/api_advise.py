@@ -49,7 +49,8 @@ def request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
 
 def _cli_args(values: dict) -> argparse.Namespace:
     """The namespace `recipe-advisor plan` builds from its flags, with the model already resolved."""
-    fields = ("gpus", "gpu_type", "nodes", "goal", "seq_length", "global_batch_size", "precision", "engine")
+    fields = ("gpus", "gpu_type", "nodes", "goal", "seq_length", "global_batch_size", "precision", "engine",
+              "grad_reduce_dtype")
     return argparse.Namespace(model=lookup_model(values["model"]), **{k: values[k] for k in fields})
 
 
@@ -148,7 +149,7 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
         return recommend(
             lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
             goal=values["goal"], seq_length=values["seq_length"], global_batch_size=values["global_batch_size"],
-            precision=values["precision"], engine=values["engine"],
+            precision=values["precision"], engine=values["engine"], grad_reduce_dtype=values["grad_reduce_dtype"],
             overrides=overrides_argv(dict(values.get("overrides") or ())), config_path=config_path,
         )
     except OverrideError as err:

@@ -274,6 +274,12 @@ class PlanBody(_Request):
     precision: Optional[PRECISION] = Field(
         default=None, description="Training precision; default: the recipe's (bf16).", examples=["bf16"]
     )
+    grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = Field(
+        default=None,
+        description="Dtype gradients are reduced and (Megatron) buffered in; default: the recipe's (fp32; "
+        "Megatron Bridge's performance recipes: bf16).",
+        examples=["fp32"],
+    )
     engine: ENGINE = Field(
         default="megatron",
         description="`megatron` may use every parallel dimension; `bundled` only what the bundled trainer runs.",
@@ -346,6 +352,7 @@ class PlanResponse(_Response):
     goal: str = Field(description="Goal planned for.", examples=["pretrain"])
     engine: str = Field(description="Engine planned for.", examples=["megatron"])
     precision: str = Field(description="Precision planned for.", examples=["bf16"])
+    grad_reduce_dtype: str = Field(description="Gradient reduce dtype planned for.", examples=["fp32"])
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])
     layouts: list[LayoutOut] = Field(description="Best first; empty when no layout obeys the rules.")

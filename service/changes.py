@@ -14,7 +14,7 @@ Change Control"):
 * **benchmark-only**: mock data, forced load balancing, disabled correctness checks,
   timing-only schedules. Their losses are not convergence evidence.
 
-Packing, precision, forced MoE balancing, token dropping/capacity and router or auxiliary-loss
+Packing, precision (the gradient reduce dtype included), forced MoE balancing, token dropping/capacity and router or auxiliary-loss
 changes are never execution-only, whatever section they sit in.
 """
 
@@ -29,7 +29,7 @@ MISSING = "<absent>"
 
 # Never execution-only (seed): these win over the section a key sits in.
 _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capacity|router|aux_loss|z_loss|"
-                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask", re.IGNORECASE)
+                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|grad_reduce", re.IGNORECASE)
 # Shortcuts that make a run a benchmark only.
 _BENCHMARK_WORDS = re.compile(r"force_load_balanc|check_for_nan|nan_check|check_for_spiky|rerun_state_machine|"
                               r"timing|profil|exit_interval|skip_train|benchmark", re.IGNORECASE)

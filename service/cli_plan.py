@@ -8,6 +8,7 @@ import sys
 from typing import Optional
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
+from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
 from service.sizing import gpus_needed
 
@@ -27,6 +28,8 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-length", type=int, help="sequence length (default: the recipe's)")
     p.add_argument("--global-batch-size", type=int, help="global batch in sequences (default: the recipe's)")
     p.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the recipe's)")
+    p.add_argument("--grad-reduce-dtype", choices=GRAD_REDUCE_DTYPES,
+                   help="dtype gradients are reduced and (Megatron) buffered in (default: the recipe's; fp32)")
     p.add_argument("--engine", choices=ENGINES, default="megatron",
                    help="megatron: every parallel dimension; bundled: what the bundled trainer supports")
 
@@ -50,11 +53,12 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     """
     from service.recommend import contract_defaults
 
-    seq, gbs, precision = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
+    seq, gbs, precision, grad_reduce = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
                                             engine=args.engine, seq_length=args.seq_length, precision=args.precision)
     values = {"seq_length": args.seq_length if args.seq_length is not None else seq,
               "global_batch_size": args.global_batch_size if args.global_batch_size is not None else gbs,
-              "precision": args.precision or precision}
+              "precision": args.precision or precision,
+              "grad_reduce_dtype": getattr(args, "grad_reduce_dtype", None) or grad_reduce}
     return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
                         **{name: value for name, value in values.items() if value is not None})
 
@@ -70,7 +74,8 @@ def report_error(err: Exception) -> int:
 def format_text(result: Plan, top: Optional[int]) -> str:
     req, hw = result.request, result.request.hardware
     lines = [f"{req.model.id} on {req.world_size} x {hw.name} ({req.gpus_per_node}/node x {req.num_nodes}), "
-             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision}, "
+             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision}"
+             f"{', bf16 gradient reduce' if req.grad_reduce_dtype == 'bf16' else ''}, "
              f"{req.engine} engine; {hw.memory_gib:g} GiB per GPU, {result.usable_gib:.1f} usable",
              f"{len(result.fitting)} of {len(result.layouts)} valid layouts fit "
              f"({result.structures} parallel shapes enumerated)"]

@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         rec = recommend(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
                         seq_length=args.seq_length, global_batch_size=args.global_batch_size,
-                        precision=args.precision, engine=args.engine, overrides=overrides, config_path=config_path)
+                        precision=args.precision, engine=args.engine, overrides=overrides, config_path=config_path,
+                        grad_reduce_dtype=args.grad_reduce_dtype)
     except REQUEST_ERRORS as err:
         return report_error(err)
     except OverrideError as err:

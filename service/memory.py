@@ -17,6 +17,12 @@ Sources of the formulas:
 * Other: a fixed runtime allowance (CUDA context, library workspaces, NCCL buffers) plus a
   caching-allocator fragmentation fraction (``service.constants``).
 
+Megatron keeps its main-gradient buffer in fp32 (``grad_reduce_in_fp32``, the library recipes) or
+in the parameters' bf16 (Megatron Bridge's performance recipes turn it off in
+``_benchmark_common()``): ``grad_reduce_dtype`` picks 4 or 2 bytes per parameter. FSDP2 (bundled)
+reduces in ``reduce_dtype`` but keeps sharded gradients in the fp32 of its sharded parameters, so
+there the setting changes the traffic, not the memory.
+
 LoRA keeps the frozen base in bf16 with no gradient or optimizer state; only the adapters
 carry training state (their activations are those of full fine-tuning).
 
@@ -41,6 +47,7 @@ from service.memory_shape import ActivationBytes, ModelShape, model_shape  # noq
 
 SHARDINGS = ("none", "optimizer", "full")  # ZeRO-0 (DDP), ZeRO-1 (distributed optimizer), ZeRO-3 (FSDP)
 ENGINES = ("megatron", "bundled")
+GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -146,9 +153,11 @@ class MemoryModel:
 
     def __init__(self, shape: ModelShape, *, world_size: int, seq_length: int, engine: str = "megatron",
                  peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
-                 lora_rank: int | None = None):
+                 lora_rank: int | None = None, grad_reduce_dtype: str = "fp32"):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+            raise ValueError(f"grad_reduce_dtype must be one of {GRAD_REDUCE_DTYPES}, got {grad_reduce_dtype!r}")
         self.shape, self.world_size, self.seq = shape, world_size, seq_length
         self.engine, self.peft = engine, peft
         # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
@@ -167,6 +176,8 @@ class MemoryModel:
         # fp32 parameters are their own master copy (Adam keeps only the two moments).
         self.fp32_compute = precision == "fp32"
         self.compute_param_bytes = C.DTYPE_BYTES["fp32"] if self.fp32_compute else C.DTYPE_BYTES["bf16"]
+        # Megatron's gradient buffer: fp32, or the parameters' dtype when grads are not reduced in fp32.
+        self.main_grad_bytes = C.DTYPE_BYTES[grad_reduce_dtype] if not self.fp32_compute else C.DTYPE_BYTES["fp32"]
         self._states: dict[tuple, tuple[tuple[float, float, float], tuple[float, float, float], float]] = {}
         self._acts: dict[tuple, tuple[float, float, float]] = {}
 
@@ -186,6 +197,8 @@ class MemoryModel:
         state = STATE_BYTES[(self.engine, sharding)]
         if self.engine == "megatron" and self.fp32_compute:
             state = replace(state, weight=C.DTYPE_BYTES["fp32"], optimizer=C.ADAM_STATE_BYTES - C.DTYPE_BYTES["fp32"])
+        elif self.engine == "megatron":
+            state = replace(state, grad=self.main_grad_bytes)
         w_d, w_e = (dense_shards, expert_dp) if state.weight_sharded else (1, 1)
         g_d, g_e = (dense_shards, expert_dp) if state.grad_sharded else (1, 1)
         o_d, o_e = (dense_shards, expert_dp) if state.optimizer_sharded else (1, 1)
@@ -207,7 +220,7 @@ class MemoryModel:
                         adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
             if self.peft:  # frozen bf16 base; only the adapters carry training state
                 weights = (dense / w_d + expert / w_e) * C.LORA_BASE_WEIGHT_BYTES + adapters / w_d * 2
-                return (weights + block, adapters / g_d * C.MEGATRON_MAIN_GRAD_BYTES,
+                return (weights + block, adapters / g_d * self.main_grad_bytes,
                         adapters / o_d * C.ADAM_STATE_BYTES)
             return ((dense / w_d + expert / w_e) * state.weight + weight_block,
                     (dense / g_d + expert / g_e) * state.grad + block,
@@ -355,10 +368,11 @@ class MemoryModel:
 def estimate_memory(shape: ModelShape, layout: Layout, *, world_size: int, seq_length: int,
                     num_microbatches: int = 1, sharding: str = "optimizer", engine: str = "megatron",
                     peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
-                    lora_rank: int | None = None) -> MemoryEstimate:
+                    lora_rank: int | None = None, grad_reduce_dtype: str = "fp32") -> MemoryEstimate:
     """One-off estimate (the planner keeps a :class:`MemoryModel` to share work across layouts)."""
     model = MemoryModel(shape, world_size=world_size, seq_length=seq_length, engine=engine, peft=peft, cpu=cpu,
-                        precision=precision, fused_loss=fused_loss, lora_rank=lora_rank)
+                        precision=precision, fused_loss=fused_loss, lora_rank=lora_rank,
+                        grad_reduce_dtype=grad_reduce_dtype)
     return model.estimate(layout, sharding, num_microbatches)
 
 

@@ -25,7 +25,7 @@ from recipe_index import get_hardware, list_recipes, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
-from service.memory import MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
+from service.memory import GRAD_REDUCE_DTYPES, MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split
 from service.steptime import StepTime, StepTimeModel
 from service.validate import check_layout
@@ -71,6 +71,7 @@ class PlanRequest:
     global_batch_size: int = 32
     precision: str = "bf16"
     engine: str = "megatron"
+    grad_reduce_dtype: str = "fp32"
 
     @property
     def world_size(self) -> int:
@@ -89,7 +90,7 @@ class PlanRequest:
 def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                  goal: str = "pretrain", seq_length: Optional[int] = None,
                  global_batch_size: Optional[int] = None, precision: str = "bf16",
-                 engine: str = "megatron") -> PlanRequest:
+                 engine: str = "megatron", grad_reduce_dtype: str = "fp32") -> PlanRequest:
     """A PlanRequest from user-facing names. Raises UnknownModelError / UnknownHardwareError
     (with suggestions) for unknown names and PlanError for bad values."""
     if goal not in GOALS:
@@ -99,6 +100,9 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     if precision not in PRECISIONS:
         raise PlanError(f"unknown precision {precision!r}", field="precision",
                         fix=f"use one of {', '.join(PRECISIONS)}")
+    if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+        raise PlanError(f"unknown grad_reduce_dtype {grad_reduce_dtype!r}", field="grad_reduce_dtype",
+                        fix=f"use one of {', '.join(GRAD_REDUCE_DTYPES)}")
     for name, value in (("gpus", gpus), ("nodes", nodes), ("seq_length", seq_length),
                         ("global_batch_size", global_batch_size)):
         if value is not None and value < 1:
@@ -119,7 +123,7 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
         seq = min(seq, card.max_position_embeddings)
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
-                       precision=precision, engine=engine)
+                       precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype)
 
 
 class PlannedLayout:
@@ -223,7 +227,7 @@ class Plan:
                          "world_size": req.world_size, "memory_gib": hw.memory_gib,
                          "usable_gib": round(self.usable_gib, 2)},
             "goal": req.goal, "engine": req.engine, "precision": req.precision,
-            "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
+            "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict() for row in rows],
             "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
                            for code, (finding, count) in sorted(self.rejections.items())],
@@ -351,10 +355,11 @@ class _Estimators:
         req = request
         cpu = req.hardware.arch == "cpu"
         self.memory = MemoryModel(shape, world_size=req.world_size, seq_length=req.seq_length,
-                                  engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision)
+                                  engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision,
+                                  grad_reduce_dtype=req.grad_reduce_dtype)
         self.time = StepTimeModel(shape, req.hardware, world_size=req.world_size, seq_length=req.seq_length,
                                   global_batch_size=req.global_batch_size, precision=req.precision,
-                                  engine=req.engine)
+                                  engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype)
 
 
 def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:

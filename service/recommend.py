@@ -160,7 +160,8 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
     lay, req = row.layout, request
     dist = {"strategy": row.strategy, "tp_size": lay.tp, "pp_size": lay.pp, "vp_size": lay.vp, "cp_size": lay.cp,
             "ep_size": lay.ep, "etp_size": lay.etp if (lay.ep > 1 or lay.etp != lay.tp) else None,
-            "sequence_parallel": lay.sp, "activation_checkpointing": lay.recompute}
+            "sequence_parallel": lay.sp, "activation_checkpointing": lay.recompute,
+            "grad_reduce_dtype": req.grad_reduce_dtype}
     if engine == "megatron":
         explicit = needs_explicit_layout(req, lay) and explicit_layouts(req.model.id)
         dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
@@ -168,7 +169,8 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
         dist["use_megatron_fsdp"] = True if row.sharding == "full" else None
     else:
         dist["use_distributed_optimizer"] = dist["use_megatron_fsdp"] = None
-    defaults = {"pp_size": 1, "vp_size": None, "cp_size": 1, "ep_size": 1, "etp_size": None}
+    defaults = {"pp_size": 1, "vp_size": None, "cp_size": 1, "ep_size": 1, "etp_size": None,
+                "grad_reduce_dtype": "fp32"}
     for key, value in dist.items():
         if _get(config, f"distributed.{key}") is None and defaults.get(key, object()) == value:
             continue  # leave schema defaults out rather than list them as changes
@@ -225,9 +227,9 @@ def _recipe_and_contract(card: ModelCard, goal: str, engine: str, hardware: str,
 def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                       goal: str = "pretrain", engine: str = "megatron",
                       seq_length: Optional[int] = None, precision: Optional[str] = None,
-                      ) -> tuple[Optional[int], Optional[int], Optional[str]]:
-    """(sequence length, global batch, precision) of the recipe `recommend` would start from, for
-    `plan` requests that leave them out; (None, None, None) when the index has no recipe."""
+                      ) -> tuple[Optional[int], Optional[int], Optional[str], Optional[str]]:
+    """(sequence length, global batch, precision, gradient reduce dtype) of the recipe `recommend` would
+    start from, for `plan` requests that leave them out; all None when the index has no recipe."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
@@ -236,7 +238,8 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
-    return seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision
+    return (seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision,
+            _get(contract, "distributed.grad_reduce_dtype"))
 
 
 def _base_config(recipe: Optional[RecipeEntry]) -> dict:
@@ -348,7 +351,8 @@ def _bundled_precision(precision: str, hardware, notes: list[str]) -> str:
 
 def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict,
                       notes: list[str], *, nodes: Optional[int], seq_length: Optional[int],
-                      global_batch_size: Optional[int], precision: Optional[str]):
+                      global_batch_size: Optional[int], precision: Optional[str],
+                      grad_reduce_dtype: Optional[str] = None):
     """The plan request: what the user gave, the contract's values for the rest."""
     prec = precision or contract.get("precision") or "bf16"
     if engine == "bundled":
@@ -356,20 +360,22 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
                         seq_length=_given(seq_length, _get(contract, "dataset.seq_length")
                                           or _get(contract, "model.seq_length")),
-                        global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")))
+                        global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")),
+                        grad_reduce_dtype=grad_reduce_dtype or _get(contract, "distributed.grad_reduce_dtype") or "fp32")
 
 
 def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
               goal: str = "pretrain", seq_length: Optional[int] = None, global_batch_size: Optional[int] = None,
               precision: Optional[str] = None, engine: str = "megatron", overrides: Optional[list[str]] = None,
-              config_path: str = "config.yaml") -> Recommendation:
+              config_path: str = "config.yaml", grad_reduce_dtype: Optional[str] = None) -> Recommendation:
     """The seed's decision tree end to end (see module docstring). Raises UnknownModelError /
     UnknownHardwareError for unknown names, PlanError for unusable values and Impossible when no
     layout on the given GPUs serves the request."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     probe = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine)
-    given = {"nodes": nodes, "seq_length": seq_length, "global_batch_size": global_batch_size, "precision": precision}
+    given = {"nodes": nodes, "seq_length": seq_length, "global_batch_size": global_batch_size, "precision": precision,
+             "grad_reduce_dtype": grad_reduce_dtype}
 
     def contract_request(wanted: str, world: int, notes: list[str]):
         recipe, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length, precision,

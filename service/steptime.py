@@ -118,7 +118,8 @@ class StepTimeModel:
     """
 
     def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
-                 global_batch_size: int, precision: str = "bf16", engine: str = "megatron"):
+                 global_batch_size: int, precision: str = "bf16", engine: str = "megatron",
+                 grad_reduce_dtype: str = "fp32"):
         self.shape, self.hw = shape, hardware
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
         self.precision, self.engine = precision, engine
@@ -128,6 +129,10 @@ class StepTimeModel:
             else hardware.bf16_tflops * 1e12
         self.hbm = hardware.hbm_tbps * 1e12
         self.matmul_eff = C.MATMUL_EFFICIENCY.get(precision, C.MATMUL_EFFICIENCY["bf16"])
+        # Gradients travel in the reduce dtype (Megatron grad_reduce_in_fp32, FSDP2 reduce_dtype, DDP's
+        # bf16 compress hook); Megatron's fp32 parameters keep fp32 gradient buffers whatever it says.
+        fp32_buffers = precision == "fp32" and engine == "megatron"
+        self.grad_bytes = C.DTYPE_BYTES["fp32" if fp32_buffers else grad_reduce_dtype]
         self.domain = max(hardware.nvlink_domain, 1)
         self.tp_exposed = C.TP_COMM_EXPOSED_FRACTION if engine == "megatron" else 1.0
         self.flops_per_token = model_flops_per_token(shape, seq_length)
@@ -324,7 +329,7 @@ class StepTimeModel:
         # group strides ETP x EP ranks.
         dense_group, expert_group = dp * cp, max(self.world_size // (pp * ep * etp), 1)
         groups = ((dense, dense_group, tp), (expert, expert_group, etp * ep))
-        grad_bytes, weight_bytes = C.MEGATRON_MAIN_GRAD_BYTES, C.DTYPE_BYTES["bf16"]
+        grad_bytes, weight_bytes = self.grad_bytes, C.DTYPE_BYTES["bf16"]
 
         def ring(bytes_per: float) -> float:
             total = 0.0
@@ -347,8 +352,10 @@ class StepTimeModel:
 
 def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout, *, world_size: int,
                        seq_length: int, global_batch_size: int, precision: str = "bf16",
-                       sharding: str = "optimizer", engine: str = "megatron") -> StepTime:
+                       sharding: str = "optimizer", engine: str = "megatron",
+                       grad_reduce_dtype: str = "fp32") -> StepTime:
     """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
     model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
-                          global_batch_size=global_batch_size, precision=precision, engine=engine)
+                          global_batch_size=global_batch_size, precision=precision, engine=engine,
+                          grad_reduce_dtype=grad_reduce_dtype)
     return model.estimate(layout, sharding)

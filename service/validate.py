@@ -163,6 +163,7 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                     micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
     extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
+    extra["grad_reduce_dtype"] = d.grad_reduce_dtype
     if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
         extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
     if d.strategy != "megatron":

@@ -19,8 +19,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "dist_scripts" / "parallel_equivalence.py"
-TWO_PROCESS_CASES = ["fsdp2", "ddp", "fsdp2_lora", "tp_sp", "tp"]
+TWO_PROCESS_CASES = ["fsdp2", "ddp", "fsdp2_lora", "tp_sp", "tp", "ddp_bf16_reduce", "fsdp2_bf16_reduce"]
 TOLERANCE = 1e-5  # fp32, as the issue asks
+# bf16 keeps 8 bits of mantissa: a gradient reduced in bf16 is within 2^-8 of the fp32 one, relatively
+# (measured: at most 6.2e-4 apart on these tiny models), and the losses follow to 1e-4.
+BF16_REDUCE_TOLERANCE = 1e-4
+BF16_REDUCE_GRAD_TOLERANCE = 1e-3
 
 
 def free_port() -> int:
@@ -48,14 +52,19 @@ def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def check_case(out: Path, case: str, world_size: int) -> None:
     result = json.loads((out / f"{case}.json").read_text())
+    bf16_reduce = case.endswith("_bf16_reduce")
+    tolerance = BF16_REDUCE_TOLERANCE if bf16_reduce else TOLERANCE
+    # distributed.grad_reduce_dtype takes effect: bf16-reduced gradients are bf16 values, fp32 ones are not.
+    assert result["grads_bf16_exact"] is bf16_reduce
     assert result["world_size"] == world_size
     # The sharded model started from the single-process init (meta-device builds included).
     assert result["init_diff"] == 0.0
     assert len(result["losses"]) == len(result["reference_losses"]) == 3
     for got, expected in zip(result["losses"], result["reference_losses"]):
-        assert got == pytest.approx(expected, abs=TOLERANCE)
-    assert result["grad_diff"] < TOLERANCE
-    assert result["weight_diff"] < TOLERANCE
+        assert got == pytest.approx(expected, abs=tolerance)
+    assert result["grad_diff"] < (BF16_REDUCE_GRAD_TOLERANCE if bf16_reduce else tolerance)
+    if not bf16_reduce:  # Adam divides by each element's own scale, so bf16 rounding of ~0 grads moves ~lr
+        assert result["weight_diff"] < tolerance
     # Training moved the weights far more than the tolerance, so the comparison has teeth.
     assert result["weight_change"] > 100 * TOLERANCE
     # Every rank saw the same global loss.

@@ -26,7 +26,8 @@ CAPABILITIES: dict = {
     "expert_parallel": False,
     "moe": False,
     "recompute": ["none", "selective", "full"],
-    # FSDP2 MixedPrecisionPolicy (param dtype, fp32 reduce); autocast for DDP. Everywhere.
+    # FSDP2 MixedPrecisionPolicy (param dtype, reduce dtype: distributed.grad_reduce_dtype, fp32 by
+    # default); autocast for DDP, whose bf16 reduce is PyTorch's bf16_compress_hook. Everywhere.
     "precisions": ["bf16", "fp32", "fp16"],
     # Float8 training through torchao (optional extra `gpu`): eligible linears swapped for
     # Float8Linear with dynamic tensor-wise scaling, LM head kept in bf16; only on FP8_ARCHS, with

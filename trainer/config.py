@@ -98,6 +98,9 @@ class DistributedSection(_Plain):
     # Megatron's explicit pipeline_model_parallel_layout ("explicit" when the recipe sets one):
     # layers are then placed by the layout, not split evenly.
     pipeline_layout: Optional[str] = None
+    # Dtype gradients are reduced (and, under Megatron, buffered) in: Megatron's grad_reduce_in_fp32,
+    # FSDP2's MixedPrecisionPolicy.reduce_dtype. Megatron Bridge's performance recipes use bf16.
+    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
 
 
 class DatasetSection(_Target):

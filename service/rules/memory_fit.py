@@ -7,8 +7,9 @@ so it marks its facts with ``extra["planner"]`` and this rule stays out of its w
 Severity: for the bundled trainer (strategy fsdp2/ddp) the config states everything the estimate
 depends on, so an estimate above the GPU's memory is an error. A ``megatron`` config describes the
 layout of a Megatron Bridge run whose recipe may add memory savers the schema does not carry (CPU
-offload, precision-aware optimizer, fine-grained recompute modules, bf16 gradient buffers), so there
-the same finding is a warning that names the assumption.
+offload, precision-aware optimizer, fine-grained recompute modules), so there the same finding is a
+warning that names the assumption. The gradient buffer's dtype is in the schema
+(``distributed.grad_reduce_dtype``; Bridge's performance recipes keep bf16 gradients).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def memory_fits(f: Facts) -> Optional[Violation]:
         sharding = "full"
     model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length, engine=engine,
                         peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
-                        fused_loss=f.extra.get("fused_loss", True))
+                        fused_loss=f.extra.get("fused_loss", True),
+                        grad_reduce_dtype=f.extra.get("grad_reduce_dtype", "fp32"))
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
     total = estimate.total

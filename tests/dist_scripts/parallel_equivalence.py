@@ -34,7 +34,11 @@ CASES = {
     "tp_sp": ("qwen3_tied", "fsdp2", 2, True, "none", True, False, False),
     "tp": ("qwen2", "fsdp2", 2, False, "none", False, False, False),
     "fsdp2_tp": ("qwen3_tied", "fsdp2", 2, True, "selective", True, False, False),
+    "ddp_bf16_reduce": ("qwen2", "ddp", 1, False, "none", False, False, False),
+    "fsdp2_bf16_reduce": ("llama3", "fsdp2", 1, False, "none", True, False, False),
 }
+# Cases whose gradients cross the wire in bf16 (distributed.grad_reduce_dtype: bf16).
+BF16_REDUCE = {"ddp_bf16_reduce", "fsdp2_bf16_reduce"}
 LORA = dict(rank=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj", "down_proj"])
 STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 8, 7
 
@@ -85,6 +89,11 @@ def train(model, data, *, dp_rank=0, dp_size=1, dp_group=None, chunked=False):
     return losses, first_grads, full_state_dict(model)
 
 
+def bf16_exact(grads: dict) -> bool:
+    """Whether every gradient is a bf16 value: what a reduction in bf16 leaves, and an fp32 one does not."""
+    return all(torch.equal(g.to(torch.bfloat16).float(), g.float()) for g in grads.values())
+
+
 def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
@@ -104,7 +113,8 @@ def run_case(case: str, out: Path, config_dir: Path) -> None:
     model = build("meta" if on_meta else "cpu")
     init = full_state_dict(build("cpu"))
     model = parallelize_model(model, mesh, strategy=strategy, tp_size=tp_size, sequence_parallel=sp,
-                              activation_checkpointing=ac, precision="fp32", device="cpu")
+                              activation_checkpointing=ac, precision="fp32", device="cpu",
+                              grad_reduce_dtype="bf16" if case in BF16_REDUCE else "fp32")
     init_diff = max_diff(full_state_dict(model), init)
     dp_mesh = mesh["dp"]
     losses, grads, final = train(model, data, dp_rank=dp_mesh.get_local_rank(), dp_size=dp_mesh.size(),
@@ -120,6 +130,7 @@ def run_case(case: str, out: Path, config_dir: Path) -> None:
             "grad_diff": max_diff(grads, ref_grads),
             "weight_diff": max_diff(final, ref_final),
             "weight_change": max_diff(ref_final, init),
+            "grads_bf16_exact": bf16_exact(grads),
             "world_size": world,
         }
         (out / f"{case}.json").write_text(json.dumps(result))

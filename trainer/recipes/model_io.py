@@ -167,7 +167,8 @@ def parallelize(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device)
                                  sequence_parallel=d.sequence_parallel and d.tp_size > 1,
                                  activation_checkpointing=d.activation_checkpointing,
                                  precision=compute_precision(cfg.precision),
-                                 compile=cfg.compile.enabled, device=device, compile_backend=cfg.compile.backend)
+                                 compile=cfg.compile.enabled, device=device, compile_backend=cfg.compile.backend,
+                                 grad_reduce_dtype=d.grad_reduce_dtype)
     except ParallelConfigError as exc:
         raise ConfigError(str(exc)) from None
 
