@@ -43,7 +43,8 @@ def request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
     values["model"] = lookup_model(body.model).id
     values["gpu_type"] = lookup_hardware(body.gpu_type).name
     if "overrides" in values:
-        values["overrides"] = tuple(sorted(values["overrides"].items()))
+        # JSON text, not the value: True == 1 == 1.0 in Python, and they emit different YAML.
+        values["overrides"] = tuple(sorted((k, json.dumps(v)) for k, v in values["overrides"].items()))
     return tuple(sorted(values.items()))
 
 
@@ -145,15 +146,22 @@ def overrides_argv(overrides: dict[str, Any]) -> list[str]:
 
 def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendation:
     """`recipe-advisor recommend` for API fields (names already checked by `request_key`)."""
+    overrides = {key: json.loads(text) for key, text in values.get("overrides") or ()}
     try:
-        return recommend(
+        rec = recommend(
             lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
             goal=values["goal"], seq_length=values["seq_length"], global_batch_size=values["global_batch_size"],
             precision=values["precision"], engine=values["engine"], grad_reduce_dtype=values["grad_reduce_dtype"],
-            overrides=overrides_argv(dict(values.get("overrides") or ())), config_path=config_path,
+            overrides=overrides_argv(overrides), config_path=config_path,
         )
     except OverrideError as err:
         raise client_error(400, f"override: {err}", "overrides") from None
+    if rec.errors:  # only overrides can get here: the advised config itself validates with 0 errors
+        found = "; ".join(f"{f.code} at {f.key or 'the config'}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
+                          for f in rec.findings if f.severity == "error")
+        raise client_error(400, f"the overrides make the config invalid ({rec.errors} error(s)): {found}",
+                           "overrides")
+    return rec
 
 
 @router.post(

@@ -16,6 +16,9 @@ Change Control"):
 
 Packing, precision (the gradient reduce dtype included), forced MoE balancing, token dropping/capacity and router or auxiliary-loss
 changes are never execution-only, whatever section they sit in.
+
+Values are compared as the trainer reads them: a key a config leaves out takes its RecipeConfig
+default (trainer/config.py), so writing a default out is no change.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from trainer.config import RecipeConfig
 
 LAYERS = ("convergence", "execution", "benchmark-only")
 MISSING = "<absent>"
@@ -33,8 +40,17 @@ _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capaci
 # Shortcuts that make a run a benchmark only.
 _BENCHMARK_WORDS = re.compile(r"force_load_balanc|check_for_nan|nan_check|check_for_spiky|rerun_state_machine|"
                               r"timing|profil|exit_interval|skip_train|benchmark", re.IGNORECASE)
+# Kernel choices: same math, other kernels. They win over the convergence words, whose `mask` or
+# `router` would otherwise claim masked_softmax_fusion or moe_router_fusion.
+_KERNEL_WORDS = re.compile(r"fusion|fused|grouped_gemm", re.IGNORECASE)
+# Index metadata is not read by the trainer, except these: the FP8 recipe (current scaling, MXFP8, ...)
+# is precision, and megatron_recipe is the function run_recipe.py --recipe builds the run from.
+_CONVERGENCE_METADATA = {
+    "metadata.precision_recipe": "the FP8 recipe is precision: never execution-only (seed)",
+    "metadata.megatron_recipe": "the Megatron Bridge recipe run_recipe.py runs: another recipe is another experiment",
+}
 # Knobs of the hardware mapping.
-_EXECUTION_WORDS = re.compile(r"dispatcher|deepep|hybridep|flex|overlap|fusion|fused|cuda_graph|attention_backend|"
+_EXECUTION_WORDS = re.compile(r"dispatcher|deepep|hybridep|flex|overlap|cuda_graph|attention_backend|"
                               r"attn_implementation|offload|recompute|num_workers|pin_memory|prefetch|bucket|"
                               r"async_save|ckpt_format|backend", re.IGNORECASE)
 # Section (or dotted prefix) -> layer, longest prefix first.
@@ -112,10 +128,12 @@ def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False
     """(layer, reason) of one changed key."""
     leaf = key.rsplit(".", 1)[-1]
     section = key.split(".", 1)[0]
+    if key in _CONVERGENCE_METADATA:
+        return "convergence", _CONVERGENCE_METADATA[key]
     if section == "metadata":
         return "execution", "index metadata: not read by the trainer"
-    mock = _is_mock(new) or _is_mock(old)
-    if section in ("dataset", "validation_dataset") and mock and leaf in ("_target_", "preset"):
+    # Only a config that trains on mock data is a benchmark; mock -> real data is a data change.
+    if section in ("dataset", "validation_dataset") and _is_mock(new) and leaf in ("_target_", "preset"):
         return "benchmark-only", "mock data: the run measures throughput, its loss is not convergence evidence"
     if _BENCHMARK_WORDS.search(key):
         return "benchmark-only", _REASONS["benchmark-only"]
@@ -124,6 +142,8 @@ def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False
             return "convergence", "micro batch changed together with the global batch: the updates differ"
         return "execution", ("micro batch / accumulation with the global batch unchanged: same updates, "
                              "validate fresh loss sentinels for the new layout")
+    if _KERNEL_WORDS.search(leaf):
+        return "execution", "a kernel choice (fusion, grouped GEMM): " + _REASONS["execution"]
     if _CONVERGENCE_WORDS.search(leaf) or key == "precision":
         return "convergence", "never execution-only (seed): " + _REASONS["convergence"]
     if section != "distributed" and _EXECUTION_WORDS.search(leaf):
@@ -134,16 +154,60 @@ def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False
     return "convergence", "unknown key: treated as convergence until shown otherwise"
 
 
+def _schema_default(key: str, flat: dict[str, Any]) -> Any:
+    """What the trainer reads for a key this (flattened) config leaves out: its RecipeConfig default.
+
+    MISSING where there is none: unknown keys, required ones, a `_target_` section's kwargs (the
+    callable's defaults are not in the schema), and keys of an optional section (peft, metadata, ...)
+    the config does not have, because such a section is off, not filled in. A whole section left out
+    is ``{}``, no settings, when it always exists, so ``step_scheduler: {}`` equals no step_scheduler.
+    """
+    section, _, rest = key.partition(".")
+    field = RecipeConfig.model_fields.get(section)
+    if field is None or field.is_required():
+        return MISSING
+    default = field.get_default(call_default_factory=True)
+    if not rest:
+        return {} if isinstance(default, BaseModel) else default
+    if default is None and not _has_section(flat, section):
+        return MISSING
+    section_type = next((t for t in getattr(field.annotation, "__args__", (field.annotation,))
+                         if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    if section_type is None:
+        return MISSING
+    for name, sub in section_type.model_fields.items():
+        if rest in (name, sub.alias) and not sub.is_required():
+            return sub.get_default(call_default_factory=True)
+    return MISSING
+
+
+def _has_section(flat: dict[str, Any], section: str) -> bool:
+    return flat.get(section) is not None or any(k.startswith(section + ".") for k in flat)
+
+
+def _effective(flat: dict[str, Any], key: str) -> Any:
+    """The value the trainer reads for ``key``: the config's own, else the schema default."""
+    if key not in flat and any(k.startswith(key + ".") for k in flat):
+        return {}  # a section with settings of its own: those are compared key by key
+    value = flat.get(key, MISSING)
+    default = _schema_default(key, flat)
+    # `step_scheduler: null` configures nothing, like `{}`; `peft: null` is already its default.
+    if value is MISSING or (value is None and default == {}):
+        return default
+    return value
+
+
 def diff(base: dict, new: dict) -> list[Change]:
-    """Every key that differs between two configs, with its layer, in key order."""
+    """Every key whose value, schema defaults applied, differs between two configs, with its layer,
+    in key order. ``old``/``new`` are as written (MISSING where a config leaves the key out)."""
     left, right = flatten(base), flatten(new)
     gbs_key = "step_scheduler.global_batch_size"
-    gbs_changed = left.get(gbs_key, MISSING) != right.get(gbs_key, MISSING)
+    gbs_changed = _effective(left, gbs_key) != _effective(right, gbs_key)
     changes = []
     for key in sorted(set(left) | set(right)):
-        old, new_value = left.get(key, MISSING), right.get(key, MISSING)
-        if old == new_value:
+        if _effective(left, key) == _effective(right, key):
             continue
+        old, new_value = left.get(key, MISSING), right.get(key, MISSING)
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))
     return changes

@@ -82,7 +82,10 @@ def _dispatch(argv: list[str]) -> int:
         parser.print_help()
         return 0 if not argv else 2
     if unknown and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        # The command's own usage, which lists the flags it does take.
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        command = next((commands[word] for word in argv if word in commands), parser)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = unknown
     try:
         return int(args.func(args) or 0)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a GPU count of at least 1, got {text!r}")
+    return value
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -11,8 +20,8 @@ def add_parser(subparsers, name: str) -> None:
     if name == "recipes":
         p.add_argument("--family")
         p.add_argument("--mode", choices=["pretrain", "sft", "peft"])
-        p.add_argument("--hardware")
-        p.add_argument("--num-gpus", type=int)
+        p.add_argument("--hardware", help="a hardware card or alias (`recipe-advisor hardware`)")
+        p.add_argument("--num-gpus", type=_positive)
         p.add_argument("--kind", choices=["library", "benchmark", "bundled"])
     p.set_defaults(func=run, listing=name)
 
@@ -34,6 +43,15 @@ def _rows(listing: str, args) -> list[dict]:
 
 
 def run(args) -> int:
+    if getattr(args, "hardware", None):
+        from recipe_index import get_hardware
+        from recipe_index.errors import UnknownHardwareError
+
+        try:
+            args.hardware = get_hardware(args.hardware).name  # aliases read as elsewhere
+        except UnknownHardwareError as err:
+            print(f"error: --hardware: {err}", file=sys.stderr)
+            return 2
     rows = _rows(args.listing, args)
     if args.format == "json":
         print(json.dumps(rows, indent=2))

@@ -65,9 +65,11 @@ def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[str]:
     """Keys the config needs that run_recipe.py cannot take as ``key=value`` overrides of the recipe:
     changed convergence and layout (``distributed.*``) keys without a Bridge override, and the
     pipeline-split settings an RA-L011 finding asks for."""
+    # metadata.* is recommend's own description of the config: --recipe comes from the base recipe,
+    # and the precision itself is the `precision` key, so a rewritten label is no gap.
     gaps = [c.key for c in diff(base, config)
             if (c.layer == "convergence" or c.key.startswith("distributed."))
-            and c.key not in BRIDGE_KEYS and c.key not in CARRIED_BY]
+            and c.key not in BRIDGE_KEYS and c.key not in CARRIED_BY and not c.key.startswith("metadata.")]
     for finding in findings:
         if finding.code == "RA-L011":
             gaps += _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
@@ -138,7 +140,8 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
             commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(
                 program=program, **common)
         commands["sbatch"] = env.get_template("sbatch.sh.j2").render(
-            program=program, time_limit="04:00:00", script_name="train.sbatch", **common)
+            program=program, time_limit="04:00:00", script_name="train.sbatch",
+            cpu=req.hardware.arch == "cpu", **common)
     if bridge is not None:
         commands["megatron_bridge"] = env.get_template("megatron_bridge.sh.j2").render(
             recipe=bridge[0], dataset=bridge[1], overrides=bridge[2], **common)

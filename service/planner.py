@@ -106,7 +106,7 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     for name, value in (("gpus", gpus), ("nodes", nodes), ("seq_length", seq_length),
                         ("global_batch_size", global_batch_size)):
         if value is not None and value < 1:
-            raise PlanError(f"{name} must be at least 1, got {value}", field=name, fix=f"pass a positive {name}")
+            raise PlanError(f"{name} must be at least 1, got {value}", field=name, fix="use a value of at least 1")
     hardware = get_hardware(gpu_type)
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
@@ -124,6 +124,10 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
                        precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype)
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
 
 
 class PlannedLayout:
@@ -181,8 +185,10 @@ class PlannedLayout:
             "sharding": self.sharding,
             "memory_gib": self.memory.as_dict(),
             "fits": self.fits,
-            "step_time_s": round(t.step_time_s, 4),
-            "tokens_per_s_per_gpu": round(t.tokens_per_s_per_gpu, 1),
+            # Significant digits, not decimals: a tiny model's step is under a millisecond and its
+            # throughput in the millions, a CPU's a few tokens/s; both must multiply back to the batch.
+            "step_time_s": _significant(t.step_time_s),
+            "tokens_per_s_per_gpu": _significant(t.tokens_per_s_per_gpu),
             "mfu": round(t.mfu, 4),
         }
 

@@ -33,7 +33,7 @@ from service.facts import Finding
 from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_name, gaps_note, render_commands
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
-from service.sizing import gpus_needed
+from service.sizing import counts_that_fit, gpus_needed
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -234,7 +234,7 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
     _, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
-    seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
+    seq = _contract_seq(card, contract)
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
@@ -349,6 +349,16 @@ def _bundled_precision(precision: str, hardware, notes: list[str]) -> str:
     return precision
 
 
+def _contract_seq(card: ModelCard, contract: dict) -> Optional[int]:
+    """The contract's sequence length, capped at the model's context when the recipe is another
+    model's (a stand-in): its length says nothing about this model's positions."""
+    seq = _get(contract, "dataset.seq_length") or _get(contract, "model.seq_length")
+    stand_in = _get(contract, "metadata.model") not in (None, card.id)
+    if seq and stand_in and card.max_position_embeddings:
+        return min(seq, card.max_position_embeddings)
+    return seq
+
+
 def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict,
                       notes: list[str], *, nodes: Optional[int], seq_length: Optional[int],
                       global_batch_size: Optional[int], precision: Optional[str],
@@ -358,8 +368,7 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
     if engine == "bundled":
         prec = _bundled_precision(prec, hardware, notes)
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
-                        seq_length=_given(seq_length, _get(contract, "dataset.seq_length")
-                                          or _get(contract, "model.seq_length")),
+                        seq_length=_given(seq_length, _contract_seq(card, contract)),
                         global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")),
                         grad_reduce_dtype=grad_reduce_dtype or _get(contract, "distributed.grad_reduce_dtype") or "fp32")
 
@@ -437,20 +446,25 @@ def _as_options(fix: str) -> str:
 def _impossible(result: Plan, request) -> PlanError:
     """What to say when nothing on these GPUs serves the request: how many GPUs would, else why not."""
     hw = request.hardware
-    needed = gpus_needed(request)
-    rejections = "; ".join(f"{f.code}: {f.message}" for f, _ in result.rejections.values())
-    if needed is None and not result.layouts:
-        found = [f for f, _ in result.rejections.values()]
-        fixes = "; ".join(sorted({_as_options(f.fix) for f in found if f.fix}))
+    found = [f for f, _ in result.rejections.values()]
+    memory_only = bool(found) and all(f.code.startswith("RA-M") for f in found)
+    if not result.layouts and not memory_only:  # the rules reject every layout on this count: not a memory question
+        rejections = "; ".join(f"{f.code}: {f.message}" for f in found) or "no layout obeys the rules"
+        fixes = sorted({_as_options(f.fix) for f in found if f.fix})
+        counts = counts_that_fit(request)
+        if counts:
+            fixes.insert(0, "request " + " or ".join(f"--gpus {c}" for c in counts))
+        works = f" {' or '.join(map(str, counts))} {hw.name} GPUs work." if counts else ""
         return PlanError(f"no valid layout of {request.model.id} on {request.world_size} x {hw.name} "
-                         f"({request.engine} engine): {rejections or 'no layout obeys the rules'}",
-                         field=_rejected_field(found), fix=fixes or None)
+                         f"({request.engine} engine): {rejections}.{works}",
+                         field="gpus" if counts else _rejected_field(found), fix="; ".join(fixes) or None)
+    needed = gpus_needed(request)
     if result.layouts:
         leanest = min(result.layouts, key=lambda r: r.memory_total_gib)
         why = (f"the leanest layout needs {leanest.memory.total:.1f} GiB per GPU, {hw.name} offers "
                f"{result.usable_gib:.1f} GiB after headroom")
     else:
-        why = rejections
+        why = "; ".join(f"{f.code}: {f.message}" for f in found)
     need = (f"It needs at least {needed} {hw.name} GPUs" if needed else
             f"No count of {hw.name} GPUs up to 65536 fits it")
     return Impossible(f"{request.model.id} ({request.goal}, seq {request.seq_length}, global batch "

@@ -1,39 +1,98 @@
-"""The fewest GPUs of a type on which a request fits: what an impossible request is told."""
+"""GPU counts of a type on which a request fits: what an impossible request is told."""
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Optional
 
 from service.planner import PlanRequest, plan
 
+# Consecutive counts tried past one whose layouts the rules all reject (the global batch does not
+# split over it, heads do not divide, ...): such a count says nothing about memory.
+RULE_REJECTED_SKIPS = 8
+# Counts tried below the request when its own count has no valid layout.
+MAX_PROBES_BELOW = 16
+
+FIT, TOO_SMALL, NO_VALID_LAYOUT = "fit", "too small", "no valid layout"
+
+
+def _probe(request: PlanRequest, gpus: int) -> str:
+    result = plan(request.with_world(gpus))
+    if result.best is not None:
+        return FIT
+    return TOO_SMALL if result.layouts else NO_VALID_LAYOUT
+
+
+def _counts_above(request: PlanRequest, max_gpus: int) -> list[int]:
+    """Counts larger than the request's: inside one node, then whole nodes."""
+    node = request.hardware.gpus_per_node
+    return [g for g in range(request.world_size + 1, node)] + \
+        [node * k for k in range(max(1, request.world_size // node + 1), max_gpus // node + 1)]
+
 
 def gpus_needed(request: PlanRequest, max_gpus: int = 1 << 16) -> Optional[int]:
-    """The fewest GPUs of the same type on which some layout fits: counts inside one node, then whole
-    nodes. Doubling finds a count that fits, bisection the smallest one above the last that did not
-    (fit grows with the GPU count; a count between two bisection steps is not tried)."""
-    node = request.hardware.gpus_per_node
+    """The fewest GPUs above the request's count on which some layout fits.
 
-    def fits(gpus: int) -> bool:
-        return plan(request.with_world(gpus)).best is not None
+    Memory fit grows with the GPU count, but the rules do not: a count the global batch does not
+    split over has no valid layout at all (with data parallelism only, only divisors of the batch
+    do). Doubling finds a count that fits, skipping up to ``RULE_REJECTED_SKIPS`` rule-rejected
+    counts at each probe; bisection then finds the smallest fitting one above the last too small.
+    """
+    counts = _counts_above(request, max_gpus)
+    status: dict[int, str] = {}
 
-    counts = [g for g in range(request.world_size + 1, node)] + \
-        [node * k for k in range(max(1, request.world_size // node + 1), max_gpus // node + 1)]
-    if not counts:
+    def probe(index: int) -> str:
+        if index not in status:
+            status[index] = _probe(request, counts[index])
+        return status[index]
+
+    def informative(indices) -> Optional[int]:
+        """The first of ``indices`` (at most RULE_REJECTED_SKIPS + 1) the rules do not reject entirely."""
+        for i in islice(indices, RULE_REJECTED_SKIPS + 1):
+            if probe(i) != NO_VALID_LAYOUT:
+                return i
         return None
-    low, step = -1, 1  # counts[low] does not fit (-1: the request itself)
-    high = None
+
+    low, step, high = -1, 1, None  # counts[low] does not fit (-1: the request itself)
     while high is None:
-        probe = min(low + step, len(counts) - 1)
-        if fits(counts[probe]):
-            high = probe
-        elif probe == len(counts) - 1:
+        start = min(low + step, len(counts) - 1)
+        if start <= low:
+            return None
+        found = informative(range(start, len(counts)))
+        if found is not None and status[found] == FIT:
+            high = found
+        elif start == len(counts) - 1:
             return None
         else:
-            low, step = probe, step * 2
+            low = found if found is not None else low  # rule-rejected counts say nothing about memory
+            step *= 2
     while high - low > 1:
         mid = (low + high) // 2
-        if fits(counts[mid]):
-            high = mid
+        found = informative(range(mid, high))
+        if found is None:
+            found = informative(range(mid - 1, low, -1))
+        if found is None:
+            break  # the counts between are all rule-rejected (as far as the skips reach)
+        if status[found] == FIT:
+            high = found
         else:
-            low = mid
+            low = found
     return counts[high]
+
+
+def gpus_that_fit_below(request: PlanRequest) -> Optional[int]:
+    """The largest count below the request's on which some layout fits (whole nodes first, then
+    counts inside one node), trying at most ``MAX_PROBES_BELOW`` counts: for a request whose own
+    count the rules reject (the batch or the heads do not divide it) while fewer GPUs would do."""
+    node = request.hardware.gpus_per_node
+    world = request.world_size
+    below = [node * k for k in range((world - 1) // node, 0, -1)] + list(range(min(world, node) - 1, 0, -1))
+    for gpus in dict.fromkeys(below[:MAX_PROBES_BELOW]):
+        if _probe(request, gpus) == FIT:
+            return gpus
+    return None
+
+
+def counts_that_fit(request: PlanRequest) -> list[int]:
+    """The nearest GPU counts below and above the request's on which some layout fits."""
+    return [c for c in (gpus_that_fit_below(request), gpus_needed(request)) if c]

@@ -9,6 +9,7 @@ same status the API would answer (404, 422, 400, 413) and never a traceback.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field as dataclass_field
 from importlib import resources
 from typing import Any, Optional
@@ -227,6 +228,21 @@ def download_name(body: m.RecommendBody) -> str:
     return f"{card.id}-{body.goal}-{gpus_per_node * nodes}x{hardware.name}.yaml"
 
 
+# The service's fixes name CLI flags and API fields ("--precision bf16 (API: precision bf16)"); the
+# page names its own fields.
+_OPTION_WORDING = re.compile(r"--([a-z][a-z-]*) (\S+) \(API: [a-z_]+ \S+\)")
+_FORM_LABELS = {"precision": "Precision", "engine": "Engine", "gpus": "GPUs", "gpu-type": "GPU type",
+                "seq-length": "Sequence length", "nodes": "Nodes", "goal": "Goal"}
+
+
+def _form_wording(text: str) -> str:
+    def field(match: re.Match) -> str:
+        flag, value = match.group(1), match.group(2)
+        return f"{_FORM_LABELS.get(flag, flag)} {value}"
+
+    return _OPTION_WORDING.sub(field, text)
+
+
 async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HTMLResponse], str, str]:
     """(answer, error page, query string, file name) for the form's query parameters."""
     form = form_defaults(request.query_params)
@@ -247,7 +263,7 @@ async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HT
             data = json.loads(content)
             if status == 200:
                 return data, None, query, filename
-            problems = [Problem(data["detail"], data.get("field"), data.get("suggestions") or [])]
+            problems = [Problem(_form_wording(data["detail"]), data.get("field"), data.get("suggestions") or [])]
     page = render(request, "index.html", {**_form_context(form), "problems": problems}, status_code=status)
     return None, page, query, ""
 

@@ -171,3 +171,24 @@ def test_rule_rejection_is_400_naming_the_request_field(client, body, field):
     r = client.post("/v1/recommend", json=body)
     assert r.status_code == 400 and r.json()["field"] == field
     assert "strategy: megatron" not in r.json()["detail"]
+
+
+@pytest.mark.parametrize("overrides, code", [
+    ({"optimizer._target_": "os.system"}, "RA-S001"),
+    ({"step_scheduler.global_batch_size": 7}, "RA-B001"),
+    ({"optimizer.lr": "abc"}, "RA-C002"),
+])
+def test_recommend_overrides_that_break_the_config_are_400_as_in_the_cli(client, overrides, code):
+    body = {"model": "tiny-llama", "gpus": 2, "gpu_type": "cpu", "engine": "bundled", "overrides": overrides}
+    r = client.post("/v1/recommend", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "overrides" and code in r.json()["detail"]
+
+
+def test_recommend_cache_tells_true_from_1(client):
+    """True == 1 == 1.0 in Python; as overrides they emit different YAML, so they are different requests."""
+    body = {"model": "tiny-llama", "gpus": 2, "gpu_type": "cpu", "engine": "bundled",
+            "overrides": {"dataloader.pin_memory": True}}
+    first = client.post("/v1/recommend", json=body).json()["config_yaml"]
+    second = client.post("/v1/recommend", json={**body, "overrides": {"dataloader.pin_memory": 1}}).json()
+    assert "pin_memory: true" in first and "pin_memory: 1\n" in second["config_yaml"]

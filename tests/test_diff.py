@@ -31,8 +31,12 @@ def changed(**edits) -> dict:
     return new
 
 
+def layers_between(base: dict, new: dict) -> dict:
+    return {c.key: c.layer for c in diff(base, new)}
+
+
 def layers(new: dict) -> dict:
-    return {c.key: c.layer for c in diff(BASE, new)}
+    return layers_between(BASE, new)
 
 
 def test_layout_and_hardware_are_execution():
@@ -139,3 +143,81 @@ def test_diff_refuses_a_named_pipe_without_blocking(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(fifo), str(good)], capture_output=True, text=True,
                           timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 2 and "not a regular file" in done.stderr
+
+
+# ---------------------------------------------------------------- schema defaults (bughunt s5 #2)
+
+
+def test_a_key_left_at_its_schema_default_is_no_change():
+    # bughunt s5 #2: 32 and bf16 are RecipeConfig's defaults, so only the micro batch moved, and
+    # with the global batch unchanged that is execution.
+    base = {"step_scheduler": {"local_batch_size": 2}, "distributed": {"tp_size": 2}}
+    new = {"step_scheduler": {"global_batch_size": 32, "local_batch_size": 1}, "distributed": {"tp_size": 2},
+           "precision": "bf16"}
+    assert layers_between(base, new) == {"step_scheduler.local_batch_size": "execution"}
+    assert layers_between({}, {"distributed": {"grad_reduce_dtype": "fp32"}}) == {}
+    # A non-default value against an absent key is still a change, and moves the global batch.
+    moved = layers_between(base, {**new, "step_scheduler": {"global_batch_size": 64, "local_batch_size": 1}})
+    assert moved == {"step_scheduler.global_batch_size": "convergence", "step_scheduler.local_batch_size": "convergence"}
+
+
+def test_empty_or_null_sections_equal_absent_ones():
+    assert diff({"peft": None, "step_scheduler": {}}, {}) == []
+    assert diff({}, {"step_scheduler": None, "validation_dataset": None}) == []
+    # An optional section that is present switches something on (LoRA with its defaults) ...
+    assert layers_between({}, {"peft": {}}) == {"peft": "convergence"}
+    # ... and inside it, keys take the section's defaults (rank 8), so only alpha changed here.
+    assert layers_between({"peft": {}}, {"peft": {"rank": 8, "alpha": 32.0}}) == {"peft.alpha": "convergence"}
+
+
+def test_target_kwargs_have_no_defaults():
+    # A `_target_` section's extra keys are the callable's kwargs: the schema cannot know their defaults.
+    got = diff({"dataset": {"seq_length": 4096}}, {"dataset": {"seq_length": 4096, "packed_sequence": False}})
+    assert [(c.key, c.old, c.new) for c in got] == [("dataset.packed_sequence", "<absent>", False)]
+
+
+# ---------------------------------------------------------------- metadata (bughunt s5 #3)
+
+
+@pytest.mark.parametrize("key,old,new", [
+    ("metadata.precision_recipe", "fp8cs", "fp8mx"),
+    ("metadata.megatron_recipe", "gpt_oss_20b_sft_fp8cs_config", "gpt_oss_20b_sft_fp8mx_config"),
+])
+def test_the_precision_and_megatron_recipe_are_convergence(key, old, new):
+    assert classify(key, old, new)[0] == "convergence"
+
+
+def test_other_metadata_stays_execution():
+    assert classify("metadata.name", "a", "b")[0] == "execution"
+    assert classify("metadata.description", "a", "b")[0] == "execution"
+
+
+# ---------------------------------------------------------------- classification nits (bughunt s5 #9)
+
+
+@pytest.mark.parametrize("key", ["model.masked_softmax_fusion", "model.moe_grouped_gemm",
+                                 "model.bias_dropout_fusion", "model.moe_router_fusion"])
+def test_fusions_and_grouped_gemm_are_execution(key):
+    assert classify(key, True, False)[0] == "execution"
+
+
+def test_mock_to_real_data_is_a_data_change():
+    assert classify("dataset.preset", "mock", "squad")[0] == "convergence"
+    assert classify("dataset.preset", "squad", "mock")[0] == "benchmark-only"
+
+
+def test_bughunt_repro_files(tmp_path, capsys):
+    """/tmp/bh5_cli/d_base.yaml vs d_new.yaml, written out so the test stands alone."""
+    import yaml
+
+    base = {"model": {"moe_grouped_gemm": True, "masked_softmax_fusion": True},
+            "step_scheduler": {"local_batch_size": 2}, "dataset": {"preset": "mock"}}
+    new = {"model": {"moe_grouped_gemm": False, "masked_softmax_fusion": False},
+           "step_scheduler": {"global_batch_size": 32, "local_batch_size": 4}, "dataset": {"preset": "squad"},
+           "distributed": {"grad_reduce_dtype": "fp32"}, "precision": "bf16"}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(new))
+    assert main(["diff", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), "--format", "json"]) == 0
+    got = {c["key"]: c["layer"] for c in json.loads(capsys.readouterr().out)["changes"]}
+    assert got == {"model.moe_grouped_gemm": "execution", "model.masked_softmax_fusion": "execution",
+                   "step_scheduler.local_batch_size": "execution", "dataset.preset": "convergence"}

@@ -318,3 +318,17 @@ def test_one_gpu_peft_switch_keeps_only_the_peft_notes():
 def test_own_bundled_recipe_gets_no_carried_schedule_note():
     rec = recommend("tiny-llama", 2, "cpu", goal="pretrain", engine="bundled")
     assert not any(" steps from " in n or n.startswith("LR ") for n in rec.notes)
+
+
+def test_cpu_sbatch_asks_for_cpus_not_gpus():
+    sbatch = recommend("tiny-llama", 2, "cpu", engine="bundled").commands["sbatch"]
+    assert "#SBATCH --cpus-per-task=2" in sbatch and "--gpus-per-node" not in sbatch
+    assert "#SBATCH --gpus-per-node=8" in recommend("llama3-8b", 16, "h100").commands["sbatch"]
+
+
+def test_a_stand_in_recipes_sequence_is_capped_at_the_models_context():
+    """tiny-llama (256 positions) planned from Qwen2.5-0.5B's recipe (4096) must not exceed its context."""
+    rec = recommend("tiny-llama", 2, "cpu")
+    assert rec.recipe.model != "tiny-llama"
+    assert rec.config["dataset"]["seq_length"] == 256
+    assert not [f for f in rec.findings if f.code == "RA-C011"]

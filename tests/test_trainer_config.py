@@ -272,3 +272,23 @@ def test_override_value_errors_name_the_flag():
         apply_overrides({"optimizer": {"lr": 0.1}}, ["--optimizer.lr", "&a [*a]"])
     # what YAML reads as an impossible date is no YAML value: it stays the string given
     assert apply_overrides({}, ["--metadata.name", "2024-13-45"])["metadata"]["name"] == "2024-13-45"
+
+
+@pytest.mark.parametrize("value", [True, 2.0])
+def test_integer_settings_refuse_booleans_and_floats(value):
+    """`tp_size: true` used to read as 1 and `2.0` as 2; a size written so is a typo."""
+    from service.validate import validate_text
+
+    text = f"distributed:\n  strategy: fsdp2\n  tp_size: {str(value).lower()}\n"
+    bad = [f for f in validate_text(text, "c.yaml").findings if f.key == "distributed.tp_size"]
+    assert bad and bad[0].severity == "error" and bad[0].line == 3
+
+
+def test_optimizer_implementation_switches_are_booleans():
+    from trainer.config import RecipeConfig
+
+    optimizer = {"_target_": "torch.optim.AdamW", "lr": 1e-3}
+    ok = RecipeConfig.model_validate({"optimizer": {**optimizer, "foreach": False}})
+    assert ok.optimizer.kwargs() == {"lr": 1e-3, "foreach": False}
+    with pytest.raises(ValueError, match="optimizer.fused"):
+        RecipeConfig.model_validate({"optimizer": {**optimizer, "fused": "abc"}})

@@ -23,6 +23,9 @@ RECOMPUTE = ("none", "selective", "full")
 MODES = ("pretrain", "sft", "peft")
 
 
+# Integer settings are strict (Field(strict=True)): `tp_size: true` or `2.0` is a typo, not 1 or 2.
+
+
 class _Plain(BaseModel):
     """A section of plain data: unknown keys are rejected (and reported with a did-you-mean)."""
 
@@ -52,7 +55,7 @@ class MetadataSection(_Plain):
     model: Optional[str] = None
     mode: Literal["pretrain", "sft", "peft"] = "pretrain"
     hardware: Optional[str] = None
-    num_gpus: Optional[int] = Field(default=None, ge=1)
+    num_gpus: Optional[int] = Field(strict=True, default=None, ge=1)
     source: Optional[str] = None
     megatron_recipe: Optional[str] = None
     megatron_aliases: list[str] = Field(default_factory=list)
@@ -66,27 +69,27 @@ class MetadataSection(_Plain):
 class ModelSection(_Target):
     pretrained_model_name_or_path: Optional[str] = None
     # Megatron keeps a model-side sequence length; the runner syncs it to dataset.seq_length.
-    seq_length: Optional[int] = Field(default=None, ge=1)
+    seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
 
 
 class StepSchedulerSection(_Plain):
-    global_batch_size: int = Field(default=32, ge=1)
-    local_batch_size: int = Field(default=1, ge=1)
-    max_steps: Optional[int] = Field(default=None, ge=1)
-    num_epochs: int = Field(default=1, ge=1)
-    val_check_interval: Optional[int] = Field(default=None, ge=1)
-    checkpoint_interval: Optional[int] = Field(default=None, ge=1)
-    log_interval: int = Field(default=1, ge=1)
+    global_batch_size: int = Field(strict=True, default=32, ge=1)
+    local_batch_size: int = Field(strict=True, default=1, ge=1)
+    max_steps: Optional[int] = Field(strict=True, default=None, ge=1)
+    num_epochs: int = Field(strict=True, default=1, ge=1)
+    val_check_interval: Optional[int] = Field(strict=True, default=None, ge=1)
+    checkpoint_interval: Optional[int] = Field(strict=True, default=None, ge=1)
+    log_interval: int = Field(strict=True, default=1, ge=1)
 
 
 class DistributedSection(_Plain):
     strategy: Literal["fsdp2", "ddp", "megatron"] = "fsdp2"
-    tp_size: int = Field(default=1, ge=1)
-    pp_size: int = Field(default=1, ge=1)
-    vp_size: Optional[int] = Field(default=None, ge=1)
-    cp_size: int = Field(default=1, ge=1)
-    ep_size: int = Field(default=1, ge=1)
-    etp_size: Optional[int] = Field(default=None, ge=1)
+    tp_size: int = Field(strict=True, default=1, ge=1)
+    pp_size: int = Field(strict=True, default=1, ge=1)
+    vp_size: Optional[int] = Field(strict=True, default=None, ge=1)
+    cp_size: int = Field(strict=True, default=1, ge=1)
+    ep_size: int = Field(strict=True, default=1, ge=1)
+    etp_size: Optional[int] = Field(strict=True, default=None, ge=1)
     sequence_parallel: bool = False
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     # Process-group backend: auto picks nccl with CUDA, gloo otherwise.
@@ -104,11 +107,11 @@ class DistributedSection(_Plain):
 
 
 class DatasetSection(_Target):
-    seq_length: Optional[int] = Field(default=None, ge=1)
+    seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
 
 
 class DataloaderSection(_Plain):
-    num_workers: int = Field(default=0, ge=0)
+    num_workers: int = Field(strict=True, default=0, ge=0)
     pin_memory: bool = False
     shuffle: bool = True
     drop_last: bool = True
@@ -167,6 +170,9 @@ class OptimizerSection(_Target):
     eps: Annotated[Any, BeforeValidator(_eps_value)] = None
     betas: Annotated[tuple[float, float], BeforeValidator(_beta_pair)] = None
     momentum: _NonNegative = None
+    # torch's implementation switches: booleans (`fused: abc` was passed on as truthy).
+    fused: Optional[bool] = Field(default=None, strict=True)
+    foreach: Optional[bool] = Field(default=None, strict=True)
 
     def kwargs(self) -> dict[str, Any]:
         typed = {name: getattr(self, name) for name in self.model_fields_set if name != "target"}
@@ -175,9 +181,9 @@ class OptimizerSection(_Target):
 
 class LRSchedulerSection(_Plain):
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(default=0, ge=0)
+    warmup_steps: int = Field(strict=True, default=0, ge=0)
     min_lr: float = Field(default=0.0, ge=0.0)
-    decay_steps: Optional[int] = Field(default=None, ge=1)
+    decay_steps: Optional[int] = Field(strict=True, default=None, ge=1)
 
 
 class LossSection(_Target):
@@ -197,7 +203,7 @@ class CompileSection(_Plain):
 
 class PeftSection(_Plain):
     method: Literal["lora"] = "lora"
-    rank: int = Field(default=8, ge=1)
+    rank: int = Field(strict=True, default=8, ge=1)
     alpha: float = Field(default=16.0, gt=0.0)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(
@@ -209,7 +215,7 @@ class PeftSection(_Plain):
 class CheckpointSection(_Plain):
     enabled: bool = True
     checkpoint_dir: str = "checkpoints"
-    keep_last: Optional[int] = Field(default=None, ge=1)
+    keep_last: Optional[int] = Field(strict=True, default=None, ge=1)
     save_consolidated: bool = True
 
 
@@ -218,13 +224,13 @@ class RestoreSection(_Plain):
 
 
 class RngSection(_Plain):
-    seed: int = 1234
+    seed: int = Field(default=1234, strict=True)
 
 
 class HardwareSection(_Plain):
     gpu_type: str = "h100"
-    gpus_per_node: int = Field(default=8, ge=1)
-    num_nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(strict=True, default=8, ge=1)
+    num_nodes: int = Field(strict=True, default=1, ge=1)
 
     @property
     def world_size(self) -> int:
