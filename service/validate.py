@@ -52,6 +52,7 @@ class ConfigView:
     invalid_values: list[tuple[str, str, str]] = field(default_factory=list)
     model_error: Optional[str] = None
     hardware_error: Optional[str] = None
+    gpus_flag: Optional[int] = None  # --gpus as given: the GPUs per node were read from it, not the file
 
 
 @dataclass
@@ -164,6 +165,9 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
     extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
+    if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
+        extra.update({k: v for k, v in (("precision_recipe", cfg.metadata.precision_recipe),
+                                        ("megatron_recipe", cfg.metadata.megatron_recipe)) if v})
     if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
         extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
     if d.strategy != "megatron":
@@ -189,6 +193,7 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
     model, view.model_error = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
     hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
     if gpus is not None:
+        view.gpus_flag = gpus
         gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
     else:
         gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes

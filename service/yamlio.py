@@ -207,12 +207,20 @@ class _Builder:
                             result.setdefault(k, v)
                 continue
             key = self.build(key_node, key_path)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                line, col = _mark(key_node.start_mark)
-                raise YamlError("mapping keys must be plain scalars", path=self.path, line=line, column=col)
+            line, col = _mark(key_node.start_mark)
+            if key is None:
+                if key_node.value:
+                    reason, fix = (f"a null key: `{key_node.value}` reads as YAML null, not as a name",
+                                   f'quote it ("{key_node.value}") if the word is meant, or rename the key')
+                else:
+                    reason, fix = "a null key: the key is empty", "give the key a name"
+                raise YamlError(reason, path=self.path, line=line, column=col, fix=fix)
+            if not isinstance(key, (str, int, float, bool)):
+                kind = "a list" if isinstance(key, list) else "a mapping"
+                raise YamlError(f"a mapping key is {kind}; keys must be plain scalars (names or numbers)",
+                                path=self.path, line=line, column=col, fix="use a plain name as the key")
             key = str(key)
             child = f"{key_path}.{key}" if key_path else key
-            line, col = _mark(key_node.start_mark)
             if key in result:
                 self.duplicates.append((child, line, col))
             self.positions[child] = (line, col)

@@ -102,4 +102,4 @@ def test_bundled_index_has_zero_errors_and_keeps_known_issues_visible():
         findings = validate_text(path.read_text(), str(path)).findings
         assert [f for f in findings if f.severity == "error"] == [], path
         marked += any(f.message.startswith("known upstream issue") for f in findings)
-    assert marked == len(KNOWN_ISSUES)
+    assert marked == len(KNOWN_ISSUES.keys() & {p.stem for p in paths})  # some records' models are not bundled

@@ -20,6 +20,9 @@ DENSE = dict(model_type="llama", hidden_size=2048, num_hidden_layers=32, num_att
 MOE = dict(DENSE, model_type="qwen3_moe", num_experts=64, num_experts_per_tok=8, moe_intermediate_size=768)
 BIG = dict(DENSE, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, head_dim=128,
            intermediate_size=28672)
+# ~39B parameters in 16 experts: over an 80 GB GPU at any EP that 8 GPUs hold
+BIG_MOE = dict(DENSE, model_type="qwen3_moe", hidden_size=4096, num_hidden_layers=48, num_experts=16,
+               num_experts_per_tok=2, moe_intermediate_size=4096)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,7 @@ def models(tmp_path_factory):
         "moe": make("moe", **MOE),
         "moe60": make("moe60", **dict(MOE, num_experts=60)),
         "big": make("big", **BIG),
+        "bigmoe": make("bigmoe", **BIG_MOE),
         "h20kv8": make("h20kv8", **dict(DENSE, num_attention_heads=20, num_key_value_heads=4 * 2)),
         "h48kv6": make("h48kv6", **dict(DENSE, num_attention_heads=48, num_key_value_heads=6)),
         "kv2": make("kv2", **dict(DENSE, num_key_value_heads=2)),
@@ -89,6 +93,7 @@ CASES = [
     ("RA-B001", "dense", {"step_scheduler.global_batch_size": 30}),
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),
+    ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),
     ("RA-E001", "dense", {"distributed.strategy": "fsdp2", "distributed.cp_size": 2}),
     ("RA-E002", "moe", {"distributed.strategy": "fsdp2"}),
     ("RA-E003", "dense", {"distributed.strategy": "fsdp2", "hardware.gpu_type": "b200", "precision": "nvfp4"}),
@@ -106,6 +111,8 @@ CASES = [
     ("RA-C009", None, {"model.pretrained_model_name_or_path": "no-such-model-xyz"}),
     ("RA-C010", "dense", {"hardware.gpu_type": "tpu-v9"}),
     ("RA-C011", "ctx2k", {}),  # base seq 4096 > 2048 positions
+    ("RA-C012", "dense", {"hardware.gpus_per_node": 16}),  # an h100 node has 8
+    ("RA-C013", "dense", {"lr_scheduler": {"min_lr": 1.0}}),  # above optimizer.lr 3e-4
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]
@@ -250,3 +257,151 @@ def test_unknown_model_finding_says_what_went_wrong_once(models, monkeypatch):
     finding = next(f for f in report.findings if f.code == "RA-C009")
     assert ".;" not in finding.message and "Pass a bundled id" not in finding.message  # the fix is separate
     assert "llama3-8b" in finding.message and "Hugging Face" in finding.fix
+
+
+def findings_of(config: dict):
+    return validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml").findings
+
+
+def with_changes(model_path: str, changes: dict) -> dict:
+    config = base(model_path)
+    for key, value in changes.items():
+        set_dotted(config, key, copy.deepcopy(value))
+    return config
+
+
+# (megatron_recipe, precision_recipe, precision) -> the RA-C005 key, or None when consistent
+@pytest.mark.parametrize("recipe, label, precision, key", [
+    # the label agrees with the name, but the config trains in bf16: the label must not hide it
+    ("m_sft_8gpu_h100_fp8cs_config", "fp8cs", "bf16", "precision"),
+    ("m_pretrain_8gpu_h100_fp8mx_config", "fp8mx", "fp8", None),
+    ("m_pretrain_8gpu_h100_bf16_config", "bf16", "bf16", None),
+    (None, "fp8cs", "bf16", "metadata.precision_recipe"),  # no name: the label alone is still judged
+    ("m_pretrain_8gpu_h100_fp8cs_config", "fp8mx", "fp8", "metadata.precision_recipe"),  # FP8 recipes differ
+    ("m_pretrain_8gpu_h100_bf16_config", "fp8cs", "fp8", "precision"),  # Bridge's nemotronh *_bf16 recipes
+    ("m_pretrain_8gpu_h100_nvfp4_config", None, "bf16", "precision"),
+])
+def test_name_precision_is_judged_against_the_precision_that_trains(models, recipe, label, precision, key):
+    meta = dict(META, **{k: v for k, v in (("megatron_recipe", recipe), ("precision_recipe", label)) if v})
+    found = [f for f in findings_of(with_changes(models["dense"], {"metadata": meta, "precision": precision}))
+             if f.code == "RA-C005"]
+    assert [f.key for f in found] == ([key] if key else [])
+    if found:
+        assert precision in found[0].message and found[0].fix and found[0].line is not None
+
+
+def test_name_precision_fix_renames_to_the_label_that_matches(models):
+    meta = dict(META, megatron_recipe="m_pretrain_8gpu_h100_bf16_config", precision_recipe="fp8cs")
+    [finding] = [f for f in findings_of(with_changes(models["dense"], {"metadata": meta, "precision": "fp8"}))
+                 if f.code == "RA-C005"]
+    assert "set precision: bf16" in finding.fix and "rename the recipe to say fp8cs" in finding.fix
+
+
+@pytest.mark.parametrize("gpu, label, precision, expected", [
+    ("h100", "fp8mx", "fp8", ["RA-P003"]),
+    ("l40s", "fp8mx", "fp8", ["RA-P003"]),  # Ada: FP8, but no MXFP8
+    ("b200", "fp8mx", "fp8", []),
+    ("gb200", "fp8mx", "fp8", []),
+    ("vr200", "fp8mx", "fp8", []),
+    ("h100", "fp8cs", "fp8", []),
+    ("a100-80gb", "fp8mx", "fp8", ["RA-P001"]),  # no FP8 at all: one finding, not two
+    ("h100", "nvfp4", "fp8", ["RA-C005", "RA-P002"]),  # the label asks for FP4 that the GPU lacks
+])
+def test_precision_recipe_label_is_checked_against_the_gpu(models, gpu, label, precision, expected):
+    config = with_changes(models["dense"], {"metadata": dict(META, precision_recipe=label), "precision": precision,
+                                            "hardware.gpu_type": gpu, "distributed.tp_size": 1,
+                                            "distributed.sequence_parallel": False})
+    if gpu in ("gb200", "vr200"):  # NVL72 racks: 4 GPUs per node
+        config["hardware"].update(gpus_per_node=4, num_nodes=2)
+    found = findings_of(config)
+    assert sorted(f.code for f in found if f.code not in ("RA-C006", "RA-M002")) == expected
+    for finding in found:
+        if finding.code == "RA-P003":
+            assert finding.severity == "error" and finding.key == "metadata.precision_recipe"
+            assert "fp8cs" in finding.fix and "b200" in finding.fix and gpu in finding.message
+        if finding.code == "RA-P001":
+            assert "b200" in finding.fix and "MXFP8" in finding.fix  # not "an H100-class GPU"
+        if finding.code == "RA-P002":
+            assert finding.key == "metadata.precision_recipe" and "nvfp4" in finding.message
+
+
+def _fix_of(findings, code):
+    return next(f.fix for f in findings if f.code == code)
+
+
+def test_long_context_fix_on_the_bundled_trainer_never_names_cp(models):
+    config = with_changes(models["dense"], {"distributed": {"strategy": "fsdp2"}, "dataset.seq_length": 16384})
+    found = findings_of(config)
+    fix = _fix_of(found, "RA-L016")
+    assert "cp_size to" not in fix and "cp_size:" not in fix
+    assert "activation_checkpointing: full" in fix and "strategy: megatron" in fix and "more GPUs" in fix
+    assert "tp_size: 2 with sequence_parallel" in fix
+    # applying the first step (and the TP step) adds no error: the fix fixes, it does not trade findings
+    set_dotted(config, "distributed.activation_checkpointing", "full")
+    set_dotted(config, "distributed.tp_size", 2)
+    set_dotted(config, "distributed.sequence_parallel", True)
+    assert [f.code for f in findings_of(config) if f.severity == "error"] == []
+    config["distributed"]["cp_size"] = 2  # what the old fix said: the bundled trainer refuses it
+    assert "RA-E001" in [f.code for f in findings_of(config)]
+
+
+def test_long_context_fix_on_megatron_offers_only_the_cp_sizes_the_world_holds(models):
+    config = with_changes(models["dense"], {"dataset.seq_length": 16384, "hardware.gpus_per_node": 4})
+    fix = _fix_of(findings_of(config), "RA-L016")  # TP 2 on 4 GPUs: CP 2 fits, CP 4 and 8 do not
+    assert "cp_size to 2 (" in fix
+    set_dotted(config, "distributed.cp_size", 2)
+    assert "RA-L016" not in [f.code for f in findings_of(config)]
+
+
+@pytest.mark.parametrize("model, distributed, present, absent", [
+    # bundled fsdp2: no pipeline stages; TP, recompute and more GPUs are real options
+    ("big", {"strategy": "fsdp2"}, ["tp_size to 2", "activation_checkpointing", "more GPUs"], ["pp_size", "ep_size"]),
+    # EP 8 already spans the 8 GPUs (PP*EP*ETP = world): neither EP nor PP can grow
+    ("bigmoe", {"strategy": "megatron", "ep_size": 8}, ["tp_size to 2", "use_megatron_fsdp"], ["ep_size", "pp_size"]),
+    # EP 2 of 16 experts on 8 GPUs: EP 4 fits, and so does PP 2
+    ("bigmoe", {"strategy": "megatron", "ep_size": 2}, ["ep_size to 4", "pp_size to 2"], []),
+])
+def test_memory_fix_names_only_sizes_the_engine_runs_and_the_world_holds(models, model, distributed, present,
+                                                                          absent):
+    config = with_changes(models[model], {"distributed": distributed})
+    fix = _fix_of(findings_of(config), "RA-M002")
+    for text in present:
+        assert text in fix
+    for text in absent:
+        assert text not in fix
+
+
+def test_mxfp8_named_only_by_the_bridge_recipe_is_checked_too(models):
+    """Without metadata.precision_recipe, the recipe run_recipe.py loads (its name's token) decides."""
+    meta = dict(META, megatron_recipe="m_pretrain_8gpu_h100_fp8mx_config")
+    found = findings_of(with_changes(models["dense"], {"metadata": meta, "precision": "fp8",
+                                                       "distributed.tp_size": 1,
+                                                       "distributed.sequence_parallel": False}))
+    [finding] = [f for f in found if f.code != "RA-M002"]
+    assert (finding.code, finding.key) == ("RA-P003", "metadata.megatron_recipe")
+    assert "m_pretrain_8gpu_h100_fp8mx_config" in finding.message
+
+
+def test_kv_replication_fix_on_the_bundled_trainer_names_no_pipeline_or_context_parallel(models):
+    megatron = with_changes(models["kv2"], {"distributed.tp_size": 4})
+    assert "add PP/CP" in _fix_of(findings_of(megatron), "RA-L003")
+    bundled = with_changes(models["kv2"], {"distributed.tp_size": 4, "distributed.strategy": "fsdp2"})
+    fix = _fix_of(findings_of(bundled), "RA-L003")
+    assert "PP" not in fix and "CP" not in fix and "FSDP2" in fix
+
+
+def test_lr_schedule_warmup_past_the_run_and_min_lr_above_lr(models):
+    config = base(models["dense"]) | {"lr_scheduler": {"min_lr": 1.0, "warmup_steps": 100}}
+    set_dotted(config, "step_scheduler.max_steps", 50)
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    found = {(f.code, f.key) for f in report.findings}
+    assert found == {("RA-C013", "lr_scheduler.min_lr"), ("RA-C013", "lr_scheduler.warmup_steps")}
+
+
+def test_ddp_with_tensor_parallel_is_refused_as_the_trainer_refuses_it(models):
+    config = base(models["dense"])
+    for key, value in {"distributed.strategy": "ddp", "distributed.tp_size": 2}.items():
+        set_dotted(config, key, value)
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    [finding] = [f for f in report.findings if f.code == "RA-E001"]
+    assert finding.key == "distributed.tp_size" and "fsdp2" in finding.fix

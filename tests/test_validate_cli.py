@@ -222,3 +222,29 @@ def test_folder_holding_a_fifo_still_checks_its_regular_files(tmp_path, capsys):
     assert code == 2
     assert "queue.yaml:1:1: RA-F001 error: not a regular file" in out
     assert "2 file(s): 1 error(s), 0 warning(s)" in out
+
+
+@pytest.mark.parametrize("argv, node_line, told, fix", [
+    # the file says 2 nodes of 12 GPUs; an h100 node has 8: the same 24 GPUs are 3 nodes
+    ([], "gpus_per_node: 12", "hardware.gpus_per_node=12", "hardware.gpus_per_node: 8 and hardware.num_nodes: 3"),
+    # --gpus 12 on h100 is read as 12 per node (12 does not fill whole nodes of 8)
+    (["--gpus", "12"], "gpus_per_node: 8", "--gpus 12 (read as 12 GPUs per node)", "fills whole h100 nodes of 8"),
+    (["--gpus", "16", "--nodes", "2"], "gpus_per_node: 8", "--gpus 16", "--gpus 32 (the total: 4 nodes of 8)"),
+])
+def test_more_gpus_per_node_than_the_hardware_has_is_a_warning(tmp_path, capsys, argv, node_line, told, fix):
+    config = GOOD.replace("gpus_per_node: 8", node_line) + "  num_nodes: 2\n"
+    (tmp_path / "node.yaml").write_text(config)
+    code, out, _ = run_cli(capsys, "validate", str(tmp_path / "node.yaml"), "--format", "json", *argv)
+    findings = json.loads(out)["files"][0]["findings"]
+    [finding] = [f for f in findings if f["code"] == "RA-C012"]
+    assert finding["severity"] == "warning" and finding["key"] == "hardware.gpus_per_node"
+    assert (finding["line"], finding["column"]) == (14, 3)
+    assert told in finding["message"] and "one h100 node has 8 GPUs" in finding["message"]
+    assert fix in finding["fix"]
+    assert code == (1 if any(f["severity"] == "error" for f in findings) else 0)
+
+
+@pytest.mark.parametrize("argv", [[], ["--gpus", "8"], ["--gpus", "64"], ["--gpus", "4", "--gpu-type", "gb200"]])
+def test_gpus_within_the_node_raise_no_node_warning(files, capsys, argv):
+    _, out, _ = run_cli(capsys, "validate", str(files / "good.yaml"), *argv)
+    assert "RA-C012" not in out

@@ -71,6 +71,28 @@ def test_syntax_error_reports_the_line():
     assert err.value.line is not None and err.value.line >= 3
 
 
+@pytest.mark.parametrize(
+    "text, line, column, reason, fix",
+    [
+        ("model:\n  x: 1\nnull: 4\n", 3, 1, "a null key: `null` reads as YAML null", '"null"'),
+        ("a:\n  ~: 1\n", 2, 3, "a null key: `~` reads as YAML null", '"~"'),
+        ("? \n: 3\n", 1, 2, "a null key: the key is empty", "give the key a name"),
+        ("? [a, b]\n: 1\n", 1, 3, "a mapping key is a list", "plain name"),
+        ("? {a: 1}\n: 1\n", 1, 3, "a mapping key is a mapping", "plain name"),
+    ],
+)
+def test_null_and_collection_keys_say_what_the_key_is(text, line, column, reason, fix):
+    with pytest.raises(YamlError) as err:
+        load_yaml(text, "k.yaml")
+    assert err.value.reason.startswith(reason)
+    assert (err.value.line, err.value.column) == (line, column)
+    assert fix in err.value.fix
+
+
+def test_quoted_null_is_an_ordinary_key():
+    assert load_yaml('"null": 2\n').data == {"null": 2}
+
+
 def test_alias_bomb_rejected_fast_and_bounded():
     tracemalloc.start()
     start = time.perf_counter()

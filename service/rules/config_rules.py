@@ -3,19 +3,16 @@ recipe-level consistency checks (metadata vs values, model vs dataset)."""
 
 from __future__ import annotations
 
-import re
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
 from trainer.config import TARGET_SECTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     from service.validate import ConfigView
-
-_PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")
-_FP8_TOKENS = {"fp8cs", "fp8ds", "fp8mx", "fp8sc"}
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -58,21 +55,43 @@ def model_dataset_seq_length(view: "ConfigView") -> Optional[Violation]:
                      f"set model.seq_length: {cfg.dataset.seq_length} or remove it")
 
 
+def _tokens_for(precision: str) -> str:
+    return " or ".join(FP8_RECIPES) if precision == "fp8" else precision
+
+
 @config_rule("RA-C005", "warning", "precision", "recipe name's precision matches the config",
              "Bridge naming <model>_<task>_<N>gpu_<hw>_<precision>_config (mbridge_rules 1)")
 def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
-    meta = view.config.metadata if view.config else None
-    if meta is None or not meta.megatron_recipe:
+    """The name's token and ``metadata.precision_recipe`` are labels; ``precision`` is what trains.
+    Each label is judged against ``precision`` on its own, so a matching label cannot hide a name
+    that says something else (nor the reverse)."""
+    cfg = view.config
+    meta = cfg.metadata if cfg else None
+    if meta is None:
         return None
-    match = _PRECISION_TOKEN.search(meta.megatron_recipe)
-    if not match:
-        return None
-    token = match.group(1)
-    resolved = meta.precision_recipe or view.config.precision
-    if token == resolved or (resolved == "fp8" and token in _FP8_TOKENS):
-        return None
-    return Violation(f"recipe {meta.megatron_recipe} says {token} in its name but resolves to {resolved}",
-                     f"rename the recipe to say {resolved}, or set its precision to {token}")
+    actual, label = cfg.precision, meta.precision_recipe
+    name = meta.megatron_recipe or meta.name
+    match = PRECISION_TOKEN.search(name or "")
+    token = match.group(1) if match else None
+    label_precision = precision_of_token(label) if label else None
+    if token and precision_of_token(token) != actual:
+        labelled = f" (metadata.precision_recipe: {label})" if label else ""
+        rename = label if label_precision == actual else _tokens_for(actual)
+        relabel = " and set metadata.precision_recipe to the same" if label and label_precision != actual else ""
+        return Violation(f"recipe {name} says {token} in its name{labelled} but the config trains in "
+                         f"precision {actual}",
+                         f"set precision: {precision_of_token(token)} to train as the name says, or rename the "
+                         f"recipe to say {rename}{relabel}")
+    if label_precision is not None and label_precision != actual:
+        return Violation(f"metadata.precision_recipe {label} means precision {label_precision}, but the config "
+                         f"trains in precision {actual}",
+                         f"set metadata.precision_recipe: {_tokens_for(actual)}, or precision: {label_precision}",
+                         key="metadata.precision_recipe")
+    if token and label_precision is not None and token != label:
+        return Violation(f"recipe {name} says {token} in its name but metadata.precision_recipe is {label}",
+                         f"set metadata.precision_recipe: {token}, or rename the recipe to say {label}",
+                         key="metadata.precision_recipe")
+    return None
 
 
 @config_rule("RA-C006", "warning", "hardware", "the recipe's GPU count matches the hardware block",
@@ -146,6 +165,47 @@ def seq_length_within_context(view: "ConfigView") -> Optional[Violation]:
                      f"{model.max_position_embeddings}{note}",
                      f"lower {key} to {model.max_position_embeddings} or less, or use a model (or RoPE scaling, "
                      "e.g. yarn) that supports this context", key=key)
+
+
+@config_rule("RA-C012", "warning", "hardware.gpus_per_node", "GPUs per node within the hardware's node",
+             "recipe_index/hardware.yaml gpus_per_node (plan and recommend refuse more)")
+def gpus_per_node_within_node(view: "ConfigView") -> Optional[Violation]:
+    facts = view.facts
+    hw = facts.hardware if facts else None
+    if hw is None or not facts.gpus_per_node or facts.gpus_per_node <= hw.gpus_per_node:
+        return None
+    given, node, world = facts.gpus_per_node, hw.gpus_per_node, facts.world_size
+    whole = world % node == 0
+    if view.gpus_flag is not None:
+        told = f"--gpus {view.gpus_flag} (read as {given} GPUs per node)"
+        fix = (f"pass --gpus {world} (the total: {world // node} nodes of {node}) or --gpus {node} --nodes "
+               f"{world // node}" if whole else f"pass a GPU count that fills whole {hw.name} nodes of {node}")
+    else:
+        told = f"hardware.gpus_per_node={given}"
+        fix = (f"set hardware.gpus_per_node: {node} and hardware.num_nodes: {world // node} (the same {world} GPUs)"
+               if whole else f"set hardware.gpus_per_node: {node} and re-plan for a GPU count that fills whole "
+               f"nodes of {node} (recipe-advisor plan)")
+    return Violation(f"{told}, but one {hw.name} node has {node} GPUs; the layout rules (NVLink domain, "
+                     "TP within the node) and the launch commands would assume GPUs that are not there", fix)
+
+
+@config_rule("RA-C013", "warning", "lr_scheduler", "the LR schedule reaches its peak and decays",
+             "trainer/lr_schedule.py: warmup to optimizer.lr, then decay to min_lr")
+def lr_schedule_sensible(view: "ConfigView") -> Iterator[Violation]:
+    cfg = view.config
+    if cfg is None:
+        return
+    sched, lr = cfg.lr_scheduler, cfg.optimizer.lr
+    if lr is not None and sched.min_lr > lr:
+        yield Violation(f"lr_scheduler.min_lr={sched.min_lr:g} is above optimizer.lr={lr:g}: the \"decay\" after "
+                        "warmup raises the learning rate", f"set lr_scheduler.min_lr below {lr:g} (often lr/10)",
+                        key="lr_scheduler.min_lr")
+    steps = sched.decay_steps or cfg.step_scheduler.max_steps
+    if steps and sched.warmup_steps >= steps:
+        of = "lr_scheduler.decay_steps" if sched.decay_steps else "step_scheduler.max_steps"
+        yield Violation(f"lr_scheduler.warmup_steps={sched.warmup_steps} is not below {of}={steps}: the run never "
+                        "reaches its peak learning rate", f"set lr_scheduler.warmup_steps below {steps}",
+                        key="lr_scheduler.warmup_steps")
 
 
 def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:

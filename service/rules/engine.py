@@ -7,20 +7,16 @@ from typing import Optional
 
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
+from service.rules.sizes import bundled
 from trainer.capabilities import CAPABILITIES, supports_precision
 
-BUNDLED = ("fsdp2", "ddp")
 GIB = 1024**3
-
-
-def _bundled(f: Facts) -> bool:
-    return f.strategy in BUNDLED
 
 
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
              "trainer/capabilities.py")
 def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
-    if not _bundled(f):
+    if not bundled(f):
         return None
     lay = f.layout
     missing = [name for name, size, cap in (
@@ -31,6 +27,10 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
     ) if size > 1 and not CAPABILITIES.get(cap)]
     if not lay.tp == 1 and not CAPABILITIES.get("tensor_parallel"):
         missing.append("tp_size")
+    if not missing and lay.tp > 1 and f.strategy == "ddp" and not CAPABILITIES.get("tp_with_ddp", True):
+        return Violation(f"strategy ddp does not run tensor parallel (tp_size {lay.tp}): the bundled trainer "
+                         "shards TP with DTensor on a (dp, tp) mesh under FSDP2 only",
+                         "set distributed.strategy: fsdp2, or distributed.tp_size: 1", key="distributed.tp_size")
     if not missing:
         return None
     return Violation(f"strategy {f.strategy} (the bundled trainer) does not support {', '.join(missing)} > 1",
@@ -41,7 +41,7 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-E002", "error", "model.pretrained_model_name_or_path", "the bundled trainer's model families",
              "trainer/capabilities.py model_types / moe")
 def bundled_trainer_models(f: Facts) -> Optional[Violation]:
-    if not _bundled(f) or f.model is None:
+    if not bundled(f) or f.model is None:
         return None
     if f.model.is_moe and not CAPABILITIES.get("moe"):
         return Violation(f"{f.model.id} is an MoE model; the bundled trainer runs dense decoders only",
@@ -57,7 +57,7 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
              "trainer/capabilities.py precisions, fp8 (supports_precision)")
 def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
     arch = f.hardware.arch if f.hardware is not None else None
-    if not _bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
+    if not bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
         return None
     fp8 = CAPABILITIES["fp8"]
     if f.precision == "fp8" and arch in fp8["archs"]:

@@ -8,22 +8,16 @@ seed's "Parallelism Resizing Rules" / "Common Pitfalls". Each rule judges a
 
 from __future__ import annotations
 
-from functools import lru_cache
-from math import gcd
+import re
+from dataclasses import replace
 from typing import Optional
 
+from recipe_index import list_hardware
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
+from service.rules.sizes import bundled, cp_sizes, divisors, larger_tp, lcm, megatron_split, tp_domain
 
 LONG_CONTEXT = 8192  # seed: "> 8K -> need CP"
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _lcm(a: int, b: int) -> int:
-    return a * b // gcd(a, b)
 
 
 @layout_rule("RA-L001", "error", "distributed.tp_size", "TP divides the attention heads",
@@ -32,7 +26,7 @@ def tp_divides_attention_heads(f: Facts) -> Optional[Violation]:
     if f.model is None or f.model.num_attention_heads % f.layout.tp == 0:
         return None
     heads = f.model.num_attention_heads
-    ok = [d for d in _divisors(heads) if d <= max(8, f.layout.tp)]
+    ok = [d for d in divisors(heads) if d <= max(8, f.layout.tp)]
     return Violation(f"tp_size={f.layout.tp} does not divide num_attention_heads={heads} of {f.model.id}",
                      f"set distributed.tp_size to a divisor of {heads}: {ok}")
 
@@ -50,7 +44,7 @@ def tp_and_kv_heads_compatible(f: Facts) -> Optional[Violation]:
         return None
     return Violation(f"tp_size={tp} and num_key_value_heads={kv} of {f.model.id} neither divide the other; "
                      "Megatron-Core rejects this",
-                     f"set distributed.tp_size to a divisor of {kv}: {_divisors(kv)}")
+                     f"set distributed.tp_size to a divisor of {kv}: {divisors(kv)}")
 
 
 @layout_rule("RA-L003", "warning", "distributed.tp_size", "TP divides the KV heads (seed's resizing rule)",
@@ -61,7 +55,8 @@ def tp_divides_kv_heads(f: Facts) -> Optional[Violation]:
         return None  # fine, or already an error under RA-L002
     return Violation(f"tp_size={tp} exceeds num_key_value_heads={kv}: each KV head is replicated "
                      f"{tp // kv}x, costing memory and bandwidth",
-                     f"prefer distributed.tp_size in {_divisors(kv)} and add PP/CP instead")
+                     f"prefer distributed.tp_size in {divisors(kv)} and "
+                     + ("let FSDP2 shard the rest" if bundled(f) else "add PP/CP instead"))
 
 
 @layout_rule("RA-L004", "warning", "distributed.sequence_parallel", "SP needs TP > 1",
@@ -101,7 +96,7 @@ def expert_mesh_fits(f: Facts) -> Optional[Violation]:
     mesh = lay.pp * lay.ep * lay.etp
     if f.world_size % mesh == 0 or (lay.ep == 1 and lay.etp == lay.tp):
         return None  # without experts the expert mesh is TP*PP, already judged by RA-L006
-    need = lay.pp * _lcm(lay.tp * lay.cp, lay.ep * lay.etp)
+    need = lay.pp * lcm(lay.tp * lay.cp, lay.ep * lay.etp)
     return Violation(f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = "
                      f"{mesh}; the smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}",
                      f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
@@ -114,7 +109,7 @@ def experts_divisible_by_ep(f: Facts) -> Optional[Violation]:
         return None
     n = f.model.num_experts
     return Violation(f"ep_size={f.layout.ep} does not divide the {n} experts of {f.model.id}",
-                     f"set distributed.ep_size to a divisor of {n}: {[d for d in _divisors(n) if d <= 256]}")
+                     f"set distributed.ep_size to a divisor of {n}: {[d for d in divisors(n) if d <= 256]}")
 
 
 @layout_rule("RA-L009", "error", "distributed.ep_size", "EP needs an MoE model",
@@ -135,36 +130,6 @@ def vp_needs_pp(f: Facts) -> Optional[Violation]:
     return None
 
 
-@lru_cache(maxsize=4096)
-def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
-    """How Megatron can place ``layers`` on PP ranks x VP chunks when they don't divide evenly.
-
-    Megatron-Core accepts (mbridge_rules.md 3b) either counting the embedding
-    and/or the loss as pipeline layers, or uneven first/last stages with the
-    middle stages even; per-rank counts must divide by VP. Returns the
-    settings to use, or None when no split exists.
-    """
-    for emb, loss in ((1, 1), (1, 0), (0, 1)):
-        total = layers + emb + loss
-        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
-            flags = [name for name, on in (("account_for_embedding_in_pipeline_split", emb),
-                                           ("account_for_loss_in_pipeline_split", loss)) if on]
-            return " and ".join(f"{flag}=true" for flag in flags)
-    if pp < 2:
-        return None
-    middle_stages = pp - 2
-    for first in range(vp, layers, vp):
-        for last in range(vp, layers - first + 1, vp):
-            middle = layers - first - last
-            if middle_stages == 0:
-                if middle == 0:
-                    return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
-                continue
-            if middle > 0 and middle % middle_stages == 0 and (middle // middle_stages) % vp == 0:
-                return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
-    return None
-
-
 @layout_rule("RA-L011", "error", "distributed.pp_size", "decoder layers split over PP*VP stages",
              "mcore transformer_config pipeline split rules (3b)")
 def layers_split_over_stages(f: Facts) -> Optional[Violation]:
@@ -176,7 +141,7 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
         return None
     split = megatron_split(layers, lay.pp, lay.vp_or_1)
     if split is None:
-        ok = [d for d in _divisors(layers) if d <= 64]
+        ok = [d for d in divisors(layers) if d <= 64]
         return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
                          f"{lay.vp_or_1} stages in any way Megatron accepts",
                          f"choose PP*VP among the divisors of {layers}: {ok}")
@@ -219,16 +184,13 @@ def cp_divides_sequence(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-L015", "warning", "distributed.tp_size", "TP stays inside one NVLink domain",
              "seed resizing rule 2: TP > 8 needs NVL72-class interconnect")
 def tp_within_nvlink(f: Facts) -> Optional[Violation]:
-    hw = f.hardware
-    if hw is None:
+    domain = tp_domain(f)
+    if domain is None or f.layout.tp <= domain:
         return None
-    node = f.gpus_per_node or hw.gpus_per_node
-    domain = hw.nvlink_domain if hw.nvlink_domain > hw.gpus_per_node else min(hw.nvlink_domain, node)
-    if f.layout.tp <= domain:
-        return None
-    return Violation(f"tp_size={f.layout.tp} spans more than one NVLink domain ({domain} GPUs on {hw.name}); "
-                     "TP all-reduces would cross the slower inter-node network",
-                     f"keep distributed.tp_size <= {domain} and use PP/CP/DP across nodes")
+    across = "FSDP2/DDP data parallel" if bundled(f) else "PP/CP/DP"
+    return Violation(f"tp_size={f.layout.tp} spans more than one NVLink domain ({domain} GPUs on "
+                     f"{f.hardware.name}); TP all-reduces would cross the slower inter-node network",
+                     f"keep distributed.tp_size <= {domain} and use {across} across nodes")
 
 
 @layout_rule("RA-L016", "warning", "distributed.cp_size", "long context uses CP",
@@ -237,8 +199,39 @@ def long_context_without_cp(f: Facts) -> Optional[Violation]:
     seq = f.seq_length
     if seq is None or seq <= LONG_CONTEXT or f.layout.cp > 1 or f.world_size == 1:
         return None
-    return Violation(f"seq_length={seq} (> {LONG_CONTEXT}) with cp_size=1: activations grow linearly with "
-                     "sequence length", f"set distributed.cp_size to 2, 4 or 8 (seq must divide by 2*CP)")
+    message = f"seq_length={seq} (> {LONG_CONTEXT}) with cp_size=1: activations grow linearly with sequence length"
+    sizes = cp_sizes(f)
+    if sizes:
+        return Violation(message, f"set distributed.cp_size to {' or '.join(map(str, sizes))} "
+                                  "(seq divides by 2*CP and the world by TP*PP*CP)")
+    if bundled(f):
+        message += f", and the bundled trainer ({f.strategy}) has no context parallelism"
+    return Violation(message, "; ".join(_long_context_steps(f)))
+
+
+def _long_context_steps(f: Facts) -> list[str]:
+    """What shrinks activations per GPU when CP is out of reach (bundled engine, or a world no CP fits)."""
+    lay, steps = f.layout, []
+    if lay.recompute != "full":
+        steps.append("set distributed.activation_checkpointing: full")
+    if lay.micro_batch_size > 1:
+        steps.append("lower step_scheduler.local_batch_size to 1")
+    tp = larger_tp(f)
+    if tp is not None:
+        steps.append(f"set distributed.tp_size: {tp} with sequence_parallel: true (splits activations over TP)")
+    if f.strategy == "fsdp2":
+        steps.append("run on more GPUs (FSDP2 shards weights, gradients and optimizer state thinner, leaving "
+                     "room for activations)")
+    elif f.strategy == "ddp":
+        steps.append("use strategy: fsdp2 (shards the training state, leaving room for activations)")
+    if bundled(f):
+        steps.append("or use strategy: megatron and run with Megatron Bridge, which has context parallelism "
+                     "(distributed.cp_size 2, 4 or 8)")
+    else:
+        mp = lay.tp * lay.pp * 2
+        steps.append(f"run on a GPU count divisible by TP*PP*CP = {mp} and set distributed.cp_size: 2"
+                     + (f" (seq_length {f.seq_length} must divide by 4)" if f.seq_length % 4 else ""))
+    return steps
 
 
 def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bool:
@@ -276,21 +269,60 @@ def global_batch_divides(f: Facts) -> Optional[Violation]:
                      f"or, as a new experiment, use global_batch_size {' or '.join(map(str, near))}")
 
 
+FP8_RECIPES = ("fp8cs", "fp8ds", "fp8mx", "fp8sc")  # Bridge tokens: current, delayed, MX block, subchannel scaling
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")  # trainer/config.py `precision`
+PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")  # Bridge recipe names
+MXFP8_ARCHS = ("blackwell", "rubin")  # Transformer Engine check_mxfp8_support: compute capability >= 10.0
+
+
+def precision_of_token(token: Optional[str]) -> Optional[str]:
+    """The config ``precision`` a Bridge precision token (recipe name, ``metadata.precision_recipe``)
+    trains in; None for a token we do not know."""
+    if token in FP8_RECIPES:
+        return "fp8"
+    return token if token in PRECISIONS else None
+
+
+def recipe_precision(f: Facts) -> tuple[Optional[str], Optional[str]]:
+    """(token, key) of the precision recipe Megatron Bridge runs: ``metadata.precision_recipe``, else
+    the token in ``metadata.megatron_recipe`` (what ``run_recipe.py --recipe`` loads); (None, None)."""
+    label = f.extra.get("precision_recipe")
+    if label:
+        return label, "metadata.precision_recipe"
+    match = PRECISION_TOKEN.search(f.extra.get("megatron_recipe") or "")
+    return (match.group(1), "metadata.megatron_recipe") if match else (None, None)
+
+
+def _gpus_of(archs: tuple[str, ...]) -> str:
+    return ", ".join(hw.name for hw in list_hardware() if hw.arch in archs)
+
+
 def _precision_without_tensor_cores(f: Facts, precision: str, capability: str, cores: str,
                                     fix: str) -> Optional[Violation]:
-    """A violation when the config asks for ``precision`` on known hardware lacking ``capability``."""
+    """A violation when the config asks for ``precision`` (in ``precision``, or in the precision recipe
+    Megatron Bridge runs: ``recipe_precision``) on hardware lacking ``capability``."""
     hw = f.hardware
-    if f.precision != precision or hw is None or getattr(hw, capability):
+    token, key = recipe_precision(f)
+    by_value, by_recipe = f.precision == precision, precision_of_token(token) == precision
+    if not (by_value or by_recipe) or hw is None or getattr(hw, capability):
         return None
-    return Violation(f"precision {precision} on {hw.name}, which has no {cores} tensor cores", fix)
+    if by_value:
+        asked = f"precision {precision}" + (f" ({token})" if by_recipe and token != precision else "")
+    else:
+        asked = f"{key} {token if key == 'metadata.precision_recipe' else f.extra['megatron_recipe']}"
+    return Violation(f"{asked} on {hw.name}, which has no {cores} tensor cores", fix,
+                     key=None if by_value else key)
 
 
-@layout_rule("RA-P001", "error", "precision", "FP8 needs Hopper or newer",
+@layout_rule("RA-P001", "error", "precision", "FP8 needs Ada/Hopper or newer",
              "Transformer Engine FP8 needs compute capability >= 8.9")
 def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
-    return _precision_without_tensor_cores(f, "fp8", "supports_fp8", "FP8",
-                                           "use precision: bf16 on this hardware, or an H100/H200/B200-class GPU "
-                                           "for fp8")
+    violation = _precision_without_tensor_cores(f, "fp8", "supports_fp8", "FP8", "")
+    if violation is None:
+        return None
+    target = (f"a {_gpus_of(MXFP8_ARCHS)} GPU for MXFP8" if recipe_precision(f)[0] == "fp8mx"
+              else "an H100/H200/B200-class GPU for fp8")
+    return replace(violation, fix=f"use precision: bf16 on this hardware, or {target}")
 
 
 @layout_rule("RA-P002", "error", "precision", "NVFP4 needs Blackwell or newer",
@@ -298,3 +330,20 @@ def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
 def nvfp4_needs_hardware(f: Facts) -> Optional[Violation]:
     return _precision_without_tensor_cores(f, "nvfp4", "supports_fp4", "FP4",
                                            "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")
+
+
+@layout_rule("RA-P003", "error", "metadata.precision_recipe", "MXFP8 needs Blackwell or newer",
+             "Transformer Engine check_mxfp8_support: compute capability >= 10.0, asserted when the recipe starts")
+def mxfp8_needs_hardware(f: Facts) -> Optional[Violation]:
+    hw = f.hardware
+    token, key = recipe_precision(f)
+    if token != "fp8mx" or hw is None or hw.arch in MXFP8_ARCHS:
+        return None
+    if not hw.supports_fp8:
+        return None  # no FP8 at all: RA-P001 says so, with a fix that covers MXFP8
+    named = "fp8mx" if key == "metadata.precision_recipe" else f.extra["megatron_recipe"]
+    return Violation(f"{key} {named} (MXFP8, block-scaled FP8) on {hw.name} ({hw.arch}): MXFP8 tensor cores "
+                     "exist from Blackwell on, and Transformer Engine refuses the recipe on older GPUs",
+                     "use FP8 current scaling instead (the *_fp8cs recipe, metadata.precision_recipe: fp8cs, "
+                     f"Bridge's bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or run on a "
+                     f"{_gpus_of(MXFP8_ARCHS)} GPU", key=key)

@@ -20,6 +20,7 @@ from service import constants as C
 from service.facts import Facts
 from service.memory import MemoryModel, model_shape
 from service.rules.registry import Violation, layout_rule
+from service.rules.sizes import bundled, larger_ep, larger_pp, larger_tp
 
 BUNDLED_SHARDING = {"fsdp2": "full", "ddp": "none"}
 
@@ -34,6 +35,8 @@ def sharding_of(facts: Facts) -> str:
 
 
 def _fix(facts: Facts, total: float, capacity: float) -> str:
+    """Only steps this engine runs and this world holds (service/rules/sizes.py): a fix that names
+    pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix."""
     lay = facts.layout
     steps = []
     if lay.micro_batch_size > 1:
@@ -41,13 +44,36 @@ def _fix(facts: Facts, total: float, capacity: float) -> str:
     if lay.recompute != "full":
         steps.append("set distributed.activation_checkpointing: full" if lay.recompute == "selective"
                      else "set distributed.activation_checkpointing: selective (or full)")
-    if facts.model is not None and facts.model.is_moe:
-        steps.append("raise distributed.ep_size (expert weights shard over EP)")
-    steps.append("raise tp_size within the node or pp_size")
-    if sharding_of(facts) != "full":
-        steps.append("shard the training state (fsdp2, or Megatron-FSDP)")
+    ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
+    if ep is not None:
+        steps.append(f"raise distributed.ep_size to {ep} (expert weights shard over EP)")
+    if tp is not None:
+        steps.append(f"raise distributed.tp_size to {tp} (within the NVLink domain)")
+    if pp is not None:
+        steps.append(f"raise distributed.pp_size to {pp}")
+    steps.extend(_sharding_steps(facts))
+    if facts.strategy == "fsdp2":
+        steps.append("run on more GPUs (FSDP2 shards weights, gradients and optimizer state over all of them)")
+    if not steps:
+        steps.append("run on more GPUs or on a GPU with more memory")
     return (f"need {total - capacity:.1f} GiB less per GPU: " + "; ".join(steps)
             + "; `recipe-advisor plan` lists layouts that fit")
+
+
+def _sharding_steps(facts: Facts) -> list[str]:
+    sharding = sharding_of(facts)
+    if sharding == "full":
+        return []
+    if facts.strategy == "ddp":
+        return ["use strategy: fsdp2 (shards weights, gradients and optimizer state)"]
+    if bundled(facts):
+        return []
+    steps = []
+    if sharding == "none":
+        steps.append("set distributed.use_distributed_optimizer: true (shards optimizer state over DP)")
+    if facts.layout.pp == 1:  # Megatron-FSDP does not compose with PP (RA-L017)
+        steps.append("shard weights and gradients too with distributed.use_megatron_fsdp: true")
+    return steps
 
 
 @layout_rule("RA-M002", "error", "distributed.activation_checkpointing", "estimated memory fits the GPU",
