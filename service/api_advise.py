@@ -156,11 +156,11 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
         )
     except OverrideError as err:
         raise client_error(400, f"override: {err}", "overrides") from None
-    if rec.errors:  # only overrides can get here: the advised config itself validates with 0 errors
+    if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         found = "; ".join(f"{f.code} at {f.key or 'the config'}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
                           for f in rec.findings if f.severity == "error")
-        raise client_error(400, f"the overrides make the config invalid ({rec.errors} error(s)): {found}",
-                           "overrides")
+        cause = "the overrides make the config invalid" if overrides else "the advised config does not validate"
+        raise client_error(400, f"{cause} ({rec.errors} error(s)): {found}", "overrides" if overrides else None)
     return rec
 
 

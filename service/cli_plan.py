@@ -10,7 +10,7 @@ from typing import Optional
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
 from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
-from service.sizing import counts_that_fit, gpus_needed
+from service.sizing import count_can_help, counts_that_fit, gpus_needed
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
@@ -93,7 +93,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     if not_fitting:
         lines += ["", f"does not fit: {result.why_not_fitting(not_fitting[0])}"]
     if not result.layouts:
-        counts = counts_that_fit(req)
+        counts = counts_that_fit(req) if count_can_help(result.rejections) else []
         works = f"; {' or '.join(map(str, counts))} GPUs of that type work" if counts else ""
         lines.append(f"no layout on {req.world_size} x {hw.name} passes the rules ({req.engine} engine): "
                      f"see the rejections below{works}")

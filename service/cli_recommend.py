@@ -69,13 +69,13 @@ def run(args: argparse.Namespace) -> int:
         return report_error(err)
     except OverrideError as err:
         return report_error(err)
-    if rec.errors:  # only user overrides can get here: the advised config itself validates with 0 errors
+    if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         for f in rec.findings:
             if f.severity == "error":
                 where = f"{config_path}:{f.line}" if f.line else config_path
                 print(f"{where}: {f.code} error: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""), file=sys.stderr)
-        print(f"error: the overrides make the config invalid ({rec.errors} error(s)); nothing written",
-              file=sys.stderr)
+        cause = "the overrides make the config invalid" if overrides else "the advised config does not validate"
+        print(f"error: {cause} ({rec.errors} error(s)); nothing written", file=sys.stderr)
         return EXIT_UNUSABLE
     if args.output:
         try:

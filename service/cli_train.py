@@ -3,7 +3,8 @@
 Checks the config first (torch-free, the trainer's own pre-flight), so a bad config
 stops here with one message instead of N worker tracebacks; then runs
 ``python -m torch.distributed.run --nproc-per-node N --standalone -m trainer CONFIG ...``
-and returns its exit code. torch is needed only in the workers.
+in this process (``--dry-run`` prints that command). Exit codes are the trainer's:
+0 done, 2 bad config (found here or by the workers, one message), 1 failure.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shlex
-import subprocess
+import signal
 import sys
+from pathlib import Path
 from typing import Optional
 
 HELP = "launch the bundled trainer via torch.distributed.run"
@@ -88,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
 def run_argv(argv: list[str]) -> int:
     """Entry from service.cli: everything after `train`."""
     args, overrides = _split(argv)
+    from trainer.checkpoint import check_writable_dir
     from trainer.launch import load_config, preflight
     from trainer.overrides import ConfigError
 
@@ -99,6 +102,7 @@ def run_argv(argv: list[str]) -> int:
         _, cfg = load_config(args.config, overrides)
         nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
         preflight(cfg, nproc * nnodes)
+        check_targets_exist(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,7 +115,73 @@ def run_argv(argv: list[str]) -> int:
         print("error: the trainer needs torch; install it with `pip install 'recipe-advisor[train]'`",
               file=sys.stderr)
         return 2
+    try:  # not in a dry run, which creates nothing; unchecked, the folder would fail only at the first save
+        check_writable_dir(Path(cfg.checkpoint.checkpoint_dir))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return launch(cmd[3:])
+
+
+def check_targets_exist(cfg) -> None:
+    """Each allow-listed ``_target_`` names something that exists, read from source without importing
+    it (the RA-S002 lookup of `validate`); a misspelt class would otherwise fail in every worker."""
+    from service.rules.targets import TargetNotFound, is_allowed, signature_of
+    from trainer.config import TARGET_SECTIONS
+    from trainer.overrides import ConfigError
+
+    for section_name in TARGET_SECTIONS:
+        section = getattr(cfg, section_name)
+        target = getattr(section, "target", None)
+        if not isinstance(target, str) or not is_allowed(target):
+            continue  # absent, or refused by the pre-flight's allow-list check already
+        try:
+            signature_of(target)
+        except TargetNotFound as exc:
+            raise ConfigError(f"{section_name}._target_: {target} cannot be found ({exc}); check the spelling "
+                              "of the dotted path") from None
+        except (OSError, SyntaxError, ValueError):
+            continue  # source unreadable here: the workers import it and report
+
+
+def launch(torchrun_args: list[str]) -> int:
+    """``torch.distributed.run`` in this process, so a failure becomes an exit code instead of its
+    ChildFailedError traceback: 2 when the workers stopped on a config error (they print the message,
+    rank 0 once), else 1 with one line per failed rank (each worker printed its own traceback)."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # Its "failed (exitcode: N)" and "Sending process ... closing signal" lines are replaced by the summary below.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
-        return subprocess.call(cmd)
+        run(parse_args(torchrun_args))
+    except ChildFailedError as exc:
+        return exit_code_of_failures(exc.failures)
+    except SignalException as exc:
+        print(f"error: stopped by {exc.sigval.name}; the workers were terminated", file=sys.stderr)
+        return 128 + int(exc.sigval)
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+EXIT_CONFIG = 2  # trainer.launch.EXIT_CONFIG: the workers found a bad config
+
+
+def exit_code_of_failures(failures: dict) -> int:
+    """2 when every worker that failed exited with the config-error code (the agent SIGTERMs the others
+    once one fails), else 1 after one line per failed rank."""
+    codes = {failure.exitcode for failure in failures.values()}
+    if EXIT_CONFIG in codes and codes <= {EXIT_CONFIG, -signal.SIGTERM}:
+        return EXIT_CONFIG
+    for rank, failure in sorted(failures.items()):
+        if failure.exitcode < 0:
+            how = f"was killed by {failure.signal_name()}"
+        else:
+            how = f"exited with code {failure.exitcode}"
+        print(f"error: trainer rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}",
+              file=sys.stderr)
+    return 1

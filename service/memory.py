@@ -19,7 +19,10 @@ Sources of the formulas:
 
 Megatron keeps its main-gradient buffer in fp32 (``grad_reduce_in_fp32``, the library recipes) or
 in the parameters' bf16 (Megatron Bridge's performance recipes turn it off in
-``_benchmark_common()``): ``grad_reduce_dtype`` picks 4 or 2 bytes per parameter. FSDP2 (bundled)
+``_benchmark_common()``). With 16-bit gradients the optimizer keeps its own fp32 copy of the
+gradient beside the master weights and moments: 2 + 2 + 16/d bytes per parameter instead of
+2 + 4 + 12/d (Megatron-LM ``docs/source/api-guide/dist_optimizer.md``, "fp16 param, fp16 grads"), so
+bf16 gradients save memory only when the optimizer is sharded over d > 2. FSDP2 (bundled)
 reduces in ``reduce_dtype`` but keeps sharded gradients in the fp32 of its sharded parameters, so
 there the setting changes the traffic, not the memory.
 
@@ -197,8 +200,9 @@ class MemoryModel:
         state = STATE_BYTES[(self.engine, sharding)]
         if self.engine == "megatron" and self.fp32_compute:
             state = replace(state, weight=C.DTYPE_BYTES["fp32"], optimizer=C.ADAM_STATE_BYTES - C.DTYPE_BYTES["fp32"])
-        elif self.engine == "megatron":
-            state = replace(state, grad=self.main_grad_bytes)
+        elif self.engine == "megatron" and self.main_grad_bytes < C.MEGATRON_MAIN_GRAD_BYTES:
+            state = replace(state, grad=self.main_grad_bytes,
+                            optimizer=C.ADAM_STATE_BYTES + C.MEGATRON_MAIN_GRAD_BYTES)
         w_d, w_e = (dense_shards, expert_dp) if state.weight_sharded else (1, 1)
         g_d, g_e = (dense_shards, expert_dp) if state.grad_sharded else (1, 1)
         o_d, o_e = (dense_shards, expert_dp) if state.optimizer_sharded else (1, 1)
@@ -220,8 +224,9 @@ class MemoryModel:
                         adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
             if self.peft:  # frozen bf16 base; only the adapters carry training state
                 weights = (dense / w_d + expert / w_e) * C.LORA_BASE_WEIGHT_BYTES + adapters / w_d * 2
-                return (weights + block, adapters / g_d * self.main_grad_bytes,
-                        adapters / o_d * C.ADAM_STATE_BYTES)
+                extra_grad_copy = C.MEGATRON_MAIN_GRAD_BYTES if state.grad < C.MEGATRON_MAIN_GRAD_BYTES else 0
+                return (weights + block, adapters / g_d * state.grad,
+                        adapters / o_d * (C.ADAM_STATE_BYTES + extra_grad_copy))
             return ((dense / w_d + expert / w_e) * state.weight + weight_block,
                     (dense / g_d + expert / g_e) * state.grad + block,
                     (dense / o_d + expert / o_e) * state.optimizer)

@@ -16,16 +16,14 @@ The decision tree of seeds/mbridge-recipe-recommender.md, in one pass:
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import yaml
 
-from recipe_index import get_hardware, list_recipes, load_recipe_text, param_counts, resolve_model
+from recipe_index import get_hardware, load_recipe_text, resolve_model
 from recipe_index.cards import ModelCard
-from recipe_index.models import find_bundled_model
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
@@ -33,7 +31,8 @@ from service.facts import Finding
 from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_name, gaps_note, render_commands
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
-from service.sizing import counts_that_fit, gpus_needed
+from service.recipe_choice import choose_recipe
+from service.sizing import count_can_help, counts_that_fit, gpus_needed, gpus_option
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -90,62 +89,6 @@ class Recommendation:
             "findings": [f.to_dict() for f in self.findings],
             "commands": self.commands,
         }
-
-
-# ---------------------------------------------------------------- recipe choice
-
-
-def _size(card: ModelCard) -> float:
-    return float(param_counts(card).total)
-
-
-def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[int],
-          precision: Optional[str] = None) -> RecipeEntry:
-    """The entry for this allocation: long-context variants only for > 8K, same hardware, the requested
-    precision (the index normalises fp8cs/fp8ds/fp8mx to fp8), closest GPU count."""
-    def key(e: RecipeEntry) -> tuple:
-        entry_seq = e.seq_length or 0
-        long_wanted = seq is not None and seq > C.LONG_CONTEXT
-        seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
-        precision_miss = precision is not None and e.precision != precision
-        return (seq_miss, e.hardware != hardware, precision_miss, abs(math.log2((e.num_gpus or 1) / world)),
-                len(e.name), e.name)
-    return min(entries, key=key)
-
-
-def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world: int, seq: Optional[int],
-                  precision: Optional[str] = None) -> tuple[Optional[RecipeEntry], list[str]]:
-    """The base recipe and the notes on how it was found (seed decision tree)."""
-    kind = "bundled" if engine == "bundled" else "library"
-    notes: list[str] = []
-    goals = {"pretrain": ("pretrain",), "sft": ("sft", "pretrain"), "peft": ("peft", "sft", "pretrain")}[goal]
-    for wanted in goals:
-        own = [e for e in list_recipes(kind=kind, mode=wanted) if e.model == card.id]
-        if own:
-            chosen = _pick(own, hardware, world, seq, precision)
-            if wanted != goal:
-                notes.append(f"no {goal.upper()} recipe for {card.id}; fell back to {chosen.name} ({wanted}) and "
-                             f"{'added LoRA (peft section)' if goal == 'peft' else 'switched it to ' + goal}")
-            return chosen, notes
-    pool = [e for e in list_recipes(kind=kind, mode=goal) if e.model]
-    if not pool and engine == "bundled":
-        pool = list_recipes(kind="bundled")
-    sized = []
-    for entry in pool:
-        other = find_bundled_model(entry.model)
-        if other is not None and other.is_moe == card.is_moe:
-            sized.append((entry, other))
-    if not sized:
-        return None, [f"no {kind} recipe to start from; the config is built from the schema defaults"]
-    family = [(e, m) for e, m in sized if card.family and m.family == card.family] or sized
-    target = _size(card)
-    best_model = min({m.id: m for _, m in family}.values(), key=lambda m: abs(math.log(_size(m) / target)))
-    entries = [e for e, m in family if m.id == best_model.id]
-    chosen = _pick(entries, hardware, world, seq, precision)
-    where = f"the {card.family} family" if family is not sized else "the index"
-    notes.append(f"no {kind} recipe for {card.id}; started from {chosen.name}, the closest size in {where} "
-                 f"({best_model.id}), with the model swapped and the layout re-planned")
-    return chosen, notes
 
 
 # ---------------------------------------------------------------- config
@@ -451,9 +394,9 @@ def _impossible(result: Plan, request) -> PlanError:
     if not result.layouts and not memory_only:  # the rules reject every layout on this count: not a memory question
         rejections = "; ".join(f"{f.code}: {f.message}" for f in found) or "no layout obeys the rules"
         fixes = sorted({_as_options(f.fix) for f in found if f.fix})
-        counts = counts_that_fit(request)
+        counts = counts_that_fit(request) if count_can_help(f.code for f in found) else []
         if counts:
-            fixes.insert(0, "request " + " or ".join(f"--gpus {c}" for c in counts))
+            fixes.insert(0, "request " + " or ".join(gpus_option(c, request) for c in counts))
         works = f" {' or '.join(map(str, counts))} {hw.name} GPUs work." if counts else ""
         return PlanError(f"no valid layout of {request.model.id} on {request.world_size} x {hw.name} "
                          f"({request.engine} engine): {rejections}.{works}",
@@ -470,7 +413,7 @@ def _impossible(result: Plan, request) -> PlanError:
     return Impossible(f"{request.model.id} ({request.goal}, seq {request.seq_length}, global batch "
                       f"{request.global_batch_size}) does not fit on {request.world_size} x {hw.name} at any layout: "
                       f"{why}. {need} ({request.engine} engine).", gpus_needed=needed, field="gpus",
-                      fix=f"request --gpus {needed}" if needed else "use a GPU type with more memory")
+                      fix=f"request {gpus_option(needed, request)}" if needed else "use a GPU type with more memory")
 
 
 def _choose(result: Plan) -> PlannedLayout:

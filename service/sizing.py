@@ -96,3 +96,21 @@ def gpus_that_fit_below(request: PlanRequest) -> Optional[int]:
 def counts_that_fit(request: PlanRequest) -> list[int]:
     """The nearest GPU counts below and above the request's on which some layout fits."""
     return [c for c in (gpus_that_fit_below(request), gpus_needed(request)) if c]
+
+
+# Rules that reject every layout of a request whatever the GPU count: the precision on this hardware
+# (RA-P), a model family the bundled engine does not build (RA-E002).
+COUNT_INDEPENDENT_RULES = ("RA-P", "RA-E002")
+
+
+def count_can_help(codes) -> bool:
+    """Whether another GPU count could clear rule rejections with these codes (else no search)."""
+    return not any(code.startswith(COUNT_INDEPENDENT_RULES) for code in codes)
+
+
+def gpus_option(gpus: int, request: PlanRequest) -> str:
+    """How to ask for ``gpus`` GPUs on the command line, both ways --gpus reads (total, or per node)."""
+    node = request.hardware.gpus_per_node
+    if gpus > node and gpus % node == 0:
+        return f"--gpus {gpus} (or --gpus {node} --nodes {gpus // node})"
+    return f"--gpus {gpus}"

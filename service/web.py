@@ -230,7 +230,8 @@ def download_name(body: m.RecommendBody) -> str:
 
 # The service's fixes name CLI flags and API fields ("--precision bf16 (API: precision bf16)"); the
 # page names its own fields.
-_OPTION_WORDING = re.compile(r"--([a-z][a-z-]*) (\S+) \(API: [a-z_]+ \S+\)")
+_OPTION_WORDING = re.compile(r"--(precision|engine|gpus|gpu-type|seq-length|nodes|goal) ([^\s;,)]+)"
+                             r"(?: \(API: [a-z_]+ [^\s)]+\))?")
 _FORM_LABELS = {"precision": "Precision", "engine": "Engine", "gpus": "GPUs", "gpu-type": "GPU type",
                 "seq-length": "Sequence length", "nodes": "Nodes", "goal": "Goal"}
 

@@ -33,12 +33,22 @@ def llama8b():
     return model_shape(find_bundled_model("llama3-8b"))
 
 
-def test_megatron_gradient_buffer_halves_in_bf16(llama8b):
-    fp32 = estimate_memory(llama8b, Layout(), world_size=8, seq_length=4096)
-    bf16 = estimate_memory(llama8b, Layout(), world_size=8, seq_length=4096, grad_reduce_dtype="bf16")
-    assert fp32.grads == pytest.approx(llama8b.total_params * 4 / GIB, rel=1e-9)
-    assert bf16.grads == pytest.approx(llama8b.total_params * 2 / GIB, rel=1e-9)
-    assert (bf16.weights, bf16.optimizer, bf16.activations) == (fp32.weights, fp32.optimizer, fp32.activations)
+def test_megatron_bf16_gradients_move_the_fp32_copy_into_the_optimizer(llama8b):
+    """Megatron's distributed-optimizer table: 2 + 4 + 12/d bytes per parameter with fp32 gradients,
+    2 + 2 + 16/d with 16-bit ones (the optimizer keeps an fp32 gradient shard)."""
+    n, d = llama8b.total_params, 8
+    fp32 = estimate_memory(llama8b, Layout(), world_size=d, seq_length=4096)
+    bf16 = estimate_memory(llama8b, Layout(), world_size=d, seq_length=4096, grad_reduce_dtype="bf16")
+    assert fp32.grads == pytest.approx(n * 4 / GIB, rel=1e-9)
+    assert fp32.optimizer == pytest.approx(n * 12 / d / GIB, rel=1e-9)
+    assert bf16.grads == pytest.approx(n * 2 / GIB, rel=1e-9)
+    assert bf16.optimizer == pytest.approx(n * 16 / d / GIB, rel=1e-9)
+    assert (bf16.weights, bf16.activations) == (fp32.weights, fp32.activations)
+    # Without the distributed optimizer (d = 1 for the state) bf16 gradients cost 2 bytes more.
+    unsharded = [estimate_memory(llama8b, Layout(), world_size=d, seq_length=4096, sharding="none",
+                                 grad_reduce_dtype=dtype) for dtype in ("fp32", "bf16")]
+    assert (unsharded[1].grads + unsharded[1].optimizer) - (unsharded[0].grads + unsharded[0].optimizer) == \
+        pytest.approx(n * 2 / GIB, rel=1e-9)
 
 
 def test_megatron_fp32_parameters_keep_fp32_gradients(llama8b):
@@ -86,8 +96,8 @@ def test_plan_request_carries_it_to_the_estimates_and_the_json():
 
     tp4_pp8 = next(r.layout for r in fp32.layouts if (r.layout.tp, r.layout.pp, r.layout.cp) == (4, 8, 1)
                    and r.sharding == "optimizer")
-    # 405B / (TP4 x PP8) = 12.7B parameters a GPU: 2 bytes each less is about 24 GiB.
-    assert memory(fp32, tp4_pp8) - memory(bf16, tp4_pp8) == pytest.approx(24, abs=3)
+    # 405B / (TP4 x PP8) = 12.7B parameters a GPU, d = 4: 2 - 4/4 = 1 byte each less, about 12 GiB.
+    assert memory(fp32, tp4_pp8) - memory(bf16, tp4_pp8) == pytest.approx(12.5, abs=1.5)
 
 
 def test_cli_plan_flag_and_text(capsys):

@@ -63,8 +63,9 @@ def check_case(out: Path, case: str, world_size: int) -> None:
     for got, expected in zip(result["losses"], result["reference_losses"]):
         assert got == pytest.approx(expected, abs=tolerance)
     assert result["grad_diff"] < (BF16_REDUCE_GRAD_TOLERANCE if bf16_reduce else tolerance)
-    if not bf16_reduce:  # Adam divides by each element's own scale, so bf16 rounding of ~0 grads moves ~lr
-        assert result["weight_diff"] < tolerance
+    # Adam divides by each element's own scale, so bf16 rounding of ~0 grads can move a weight by up to
+    # lr (1e-3) a step: bound the bf16 runs by 3 steps of it (measured 1.3e-3), the fp32 ones tightly.
+    assert result["weight_diff"] < (3e-3 if bf16_reduce else tolerance)
     # Training moved the weights far more than the tolerance, so the comparison has teeth.
     assert result["weight_change"] > 100 * TOLERANCE
     # Every rank saw the same global loss.

@@ -398,6 +398,18 @@ def test_lr_schedule_warmup_past_the_run_and_min_lr_above_lr(models):
     assert found == {("RA-C013", "lr_scheduler.min_lr"), ("RA-C013", "lr_scheduler.warmup_steps")}
 
 
+@pytest.mark.parametrize("schedule, max_steps", [
+    ({"schedule": "constant", "min_lr": 1.0}, 50),  # min_lr is never used
+    ({"warmup_steps": 100, "decay_steps": 50}, 1000),  # decay_steps count after the warmup
+    ({"warmup_steps": 50}, 50),  # the peak is reached on the last step
+])
+def test_lr_schedules_that_are_fine_get_no_warning(models, schedule, max_steps):
+    config = base(models["dense"]) | {"lr_scheduler": schedule}
+    set_dotted(config, "step_scheduler.max_steps", max_steps)
+    report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
+    assert not [f for f in report.findings if f.code == "RA-C013"]
+
+
 def test_ddp_with_tensor_parallel_is_refused_as_the_trainer_refuses_it(models):
     config = base(models["dense"])
     for key, value in {"distributed.strategy": "ddp", "distributed.tp_size": 2}.items():

@@ -150,8 +150,18 @@ def _config(tmp_path: Path, **changes) -> Path:
     ({"step_scheduler__global_batch": 3}, 2, "step_scheduler.global_batch: unknown key"),
     ({"dataset": {"preset": "squad", "seq_length": 64}}, 2, "dataset.preset: 'squad' is a Megatron Bridge dataset"),
     ({"validation_dataset": {"seq_length": 64}}, 2, "validation_dataset._target_: missing"),
+    # found by the workers after importing torch before (bug hunt s5 #2); closed sets, checked here
+    ({"model__kernels": "foo"}, 2, "model.kernels: 'foo' is not one of auto, torch, liger, reference"),
+    ({"model__dtype": "float7"}, 2, "model.dtype: 'float7' is not one of bf16, bfloat16"),
+    ({"model__attn_implementation": "flash9"}, 2, "model.attn_implementation: 'flash9' is not one of sdpa, eager"),
+    ({"model__flash": True}, 2, "model: unknown key(s) flash; the default loader takes"),
+    ({"model__pretrained_model_name_or_path": "nope"}, 2,
+     "model.pretrained_model_name_or_path: 'nope' is not a local folder or config.json, not a bundled model"),
+    ({"peft": {"target_modules": ["nope"]}}, 2, "peft.target_modules: ['nope'] matches no linear layer"),
+    ({"precision": "fp8"}, 2, "precision: fp8 runs torchao float8 GEMMs on CUDA GPUs"),
 ])
-def test_preflight_refuses_bad_configs_naming_the_key(tmp_path, changes, world, needle):
+def test_preflight_refuses_bad_configs_naming_the_key(tmp_path, monkeypatch, changes, world, needle):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # "not in the hub cache" is certain only offline
     with pytest.raises(ConfigError) as err:
         _, cfg = load_config(str(_config(tmp_path, **changes)), [])
         preflight(cfg, world)
@@ -196,6 +206,70 @@ def test_train_bad_config_stops_in_the_launcher(tmp_path):
     assert "error: step_scheduler.local_batch_size" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_train_refuses_a_target_that_does_not_exist_before_any_worker(tmp_path, capsys):
+    from service.cli_train import run_argv
+
+    code = run_argv([str(_config(tmp_path)), "--dataset._target_", "trainer.data.Nope", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: dataset._target_: trainer.data.Nope cannot be found (Nope is not defined in trainer.data)" in err
+
+
+def test_train_checks_the_checkpoint_dir_before_launching(tmp_path, capsys):
+    from service.cli_train import run_argv
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code = run_argv([str(_config(tmp_path)), "--nproc-per-node", "2", "--step_scheduler.max_steps", "1",
+                     "--checkpoint.checkpoint_dir", str(blocker / "ckpt")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: checkpoint.checkpoint_dir: cannot create '{blocker / 'ckpt'}' (Not a directory)")
+
+
+def _failure(local_rank: int, exitcode: int):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    return ProcessFailure(local_rank=local_rank, pid=1000 + local_rank, exitcode=exitcode, error_file="")
+
+
+@pytest.mark.parametrize("codes,expected", [((2, 2), 2), ((2, -15), 2), ((1, -15), 1), ((2, 1), 1), ((-9,), 1)])
+def test_worker_exit_codes_map_to_the_launchers(capsys, codes, expected):
+    from service.cli_train import exit_code_of_failures
+
+    assert exit_code_of_failures({rank: _failure(rank, code) for rank, code in enumerate(codes)}) == expected
+    err = capsys.readouterr().err
+    if expected == 2:
+        assert err == "", "the workers printed the config error; the launcher adds nothing"
+    else:
+        assert err.count("error: trainer rank") == len(codes)
+        assert ("killed by SIGKILL" in err) == (-9 in codes)
+
+
+def test_torch_free_model_names_match_the_decoder():
+    import torch
+
+    from trainer.model_checks import dtype_name
+    from trainer.models import CausalLM, resolve_config
+    from trainer.models.config import DTYPES, LINEAR_MODULES
+
+    config, _ = resolve_config("tiny-llama")
+    with torch.device("meta"):
+        model = CausalLM(config)
+    leaves = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    assert leaves == set(LINEAR_MODULES)
+    assert {getattr(torch, name) for name in DTYPES.values()} == {torch.float32, torch.bfloat16, torch.float16}
+    assert dtype_name("torch.bfloat16") == "bfloat16"
+
+
+def test_preflight_stays_torch_free():
+    code = ("import sys; from trainer.launch import load_config, preflight; "
+            f"_, cfg = load_config({str(BUNDLED / 'tiny_llama_peft.yaml')!r}, []); preflight(cfg, 2); "
+            "assert 'torch' not in sys.modules, 'preflight imported torch'")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 def test_mock_preset_maps_to_the_mock_dataset():

@@ -7,10 +7,13 @@ equal a straight one bit for bit, also after a SIGKILL mid-run or mid-save.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from tests.trainer_harness import assert_clean_exit, losses, records, run_trainer, write_config
+from tests.trainer_harness import (_env, assert_clean_exit, losses, records, run_launcher, run_trainer,
+                                   write_config)
 
 TOL = 1e-5
 
@@ -62,6 +65,48 @@ def test_parallel_layouts_match_single_process(tmp_path, reference, name, overri
     result = run_trainer(write_config(tmp_path), *overrides)
     assert_clean_exit(result)
     _assert_same_curve(tmp_path / "ckpt", reference)
+
+
+def test_tensor_parallel_without_sequence_parallel_clips_like_one_process(tmp_path, reference):
+    """Without SP the norms stay FSDP DTensors on the 1-D dp mesh while the TP'd weights are on the 2-D
+    (dp, tp) mesh; the gradient norm must combine both (it crashed on the first step), equal the
+    one-process norm, and clip every gradient alike. Clipping is active here (norms above max_norm 1.0
+    at steps 1 and 3), so the later losses check the coefficient too."""
+    result = run_trainer(write_config(tmp_path), "--distributed.tp_size=2", "--distributed.sequence_parallel=false",
+                         "--step_scheduler.max_steps=3", "--checkpoint.enabled=false")
+    assert_clean_exit(result)
+    got, want = records(tmp_path / "ckpt" / "training.jsonl"), records(reference / "training.jsonl")[:3]
+    assert want[0]["grad_norm"] > 1.0, "the reference must clip, or this checks nothing about clipping"
+    assert [r["step"] for r in got] == [1, 2, 3]
+    for g, w in zip(got, want):
+        assert abs(g["grad_norm"] - w["grad_norm"]) <= TOL, (g["step"], g["grad_norm"], w["grad_norm"])
+        assert abs(g["loss"] - w["loss"]) <= TOL, (g["step"], g["loss"], w["loss"])
+
+
+def test_config_error_found_by_the_workers_is_exit_2_with_one_message(tmp_path):
+    """Too few samples is found only once the dataset exists (in the workers); the launcher reports
+    their exit code 2 and their one message, without torchrun's ChildFailedError traceback."""
+    result = run_launcher(write_config(tmp_path), "--nproc-per-node", "2", "--dataset.num_samples", "1")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.count("error: dataset: ") == 1, result.stderr[-3000:]
+    for noise in ("Traceback", "ChildFailedError", "failed (exitcode"):
+        assert noise not in result.stderr, result.stderr[-3000:]
+
+
+def test_unwritable_checkpoint_dir_stops_every_worker_at_startup(tmp_path):
+    """Checked by rank 0 before the model is built and shared with the other ranks, so both stop with
+    exit 2 (none waits in a collective); launched past the launcher's own check, as torchrun or srun would."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    config = write_config(tmp_path)
+    code = ("import sys; from service.cli_train import launch; "
+            "sys.exit(launch(['--nproc-per-node=2', '--standalone', '-m', 'trainer'] + sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", code, str(config), "--checkpoint.checkpoint_dir",
+                             str(blocker / "ckpt")], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.count("error: checkpoint.checkpoint_dir: cannot create") == 1, result.stderr[-3000:]
+    assert "Not a directory" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from trainer import checkpoint as ckpt
+from trainer.config import parse_config
 from trainer.dist import first_host, pick_backend, read_launch_env
 from trainer.lr_schedule import WarmupDecayLR, lr_at
 from trainer.overrides import ConfigError
@@ -71,6 +72,15 @@ def test_grad_accumulation_is_derived_and_checked():
     assert derive_grad_acc_steps(32, 4, 2) == 4
     with pytest.raises(ConfigError, match=r"local_batch_size: global_batch_size 30 .* 4 x data-parallel size 2"):
         derive_grad_acc_steps(30, 4, 2)
+
+
+def test_a_data_parallel_size_no_local_batch_can_fix_gets_a_real_fix():
+    # 16 samples over 3 data-parallel ranks (--nproc-per-node 3): no local batch size divides it.
+    with pytest.raises(ConfigError) as err:
+        derive_grad_acc_steps(16, 8, 3)
+    message = str(err.value)
+    assert "[]" not in message, "an empty list of local batch sizes is no fix"
+    assert "multiple of 24" in message and "divides 16, such as 1, 2, 4, 8, 16" in message
 
 
 def test_step_scheduler_groups_micro_batches_over_epochs():
@@ -141,6 +151,44 @@ def test_resolve_restore(tmp_path):
     (tmp_path / "epoch_2_step_20").mkdir()
     with pytest.raises(ConfigError, match="not a complete checkpoint"):
         ckpt.resolve_restore("epoch_2_step_20", tmp_path)
+
+
+def test_restore_from_a_file_says_it_is_not_a_checkpoint_folder(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {}\n")
+    with pytest.raises(ConfigError, match=r"restore_from.path: .*c\.yaml is a file, not a checkpoint folder"):
+        ckpt.resolve_restore(str(config), tmp_path / "ckpt")
+
+
+def test_explicit_latest_without_a_checkpoint_warns_and_starts_fresh(tmp_path, capsys):
+    recipe = BaseRecipe()
+    recipe.cfg = parse_config({"restore_from": {"path": "LATEST"}, "checkpoint": {"checkpoint_dir": str(tmp_path)}})
+    recipe.checkpoint_dir = tmp_path
+    recipe.dist = None
+    assert recipe.select_checkpoint() is None
+    err = capsys.readouterr().err
+    assert f"warning: restore_from.path is LATEST but {tmp_path} holds no complete checkpoint" in err
+    assert "starting fresh from step 0" in err
+
+
+def test_checkpoint_dir_is_created_and_probed_at_startup(tmp_path, monkeypatch):
+    target = tmp_path / "runs" / "a"
+    ckpt.check_writable_dir(target)
+    assert target.is_dir() and not list(target.iterdir()), "the probe file is gone"
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"^checkpoint.checkpoint_dir: cannot create '.*a_file/ckpt' "
+                                          r"\(Not a directory\); choose a folder"):
+        ckpt.check_writable_dir(blocker / "ckpt")
+    with pytest.raises(ConfigError, match=r"^checkpoint.checkpoint_dir: '.*a_file' is a file, not a folder"):
+        ckpt.check_writable_dir(blocker)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ckpt.tempfile, "NamedTemporaryFile", read_only)
+    with pytest.raises(ConfigError, match=r"cannot write in '.*runs/a' \(Permission denied\)"):
+        ckpt.check_writable_dir(target)
 
 
 def test_publish_is_atomic_and_retention_keeps_the_newest(tmp_path):
@@ -275,3 +323,44 @@ def test_loss_fn_section_binds_function_targets():
     torch.testing.assert_close(default[0], chunked[0], atol=1e-4, rtol=1e-5)
     with pytest.raises(ConfigError, match="loss_fn._target_"):
         build_loss_fn(LossSection.model_validate({"_target_": "os.getcwd"}))
+
+
+# ---- gradient clipping over DTensor meshes --------------------------------------------------------
+
+@pytest.fixture
+def one_process_group():
+    import torch.distributed as dist
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if started:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("norm_type", [2.0, math.inf])
+def test_grad_norm_clipping_combines_gradients_on_different_meshes(one_process_group, norm_type):
+    """TP without sequence parallel: some gradients on the 1-D dp mesh, others on the 2-D (dp, tp)
+    mesh. The total and the clipped gradients must equal torch's on the same plain tensors."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    from trainer.recipes.train_ft import clip_grad_norm_
+
+    dp = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    dp_tp = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+    grads = [torch.randn(4, 3, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    sharded, plain = [], []
+    for grad, mesh in zip(grads, (dp, dp_tp, dp_tp)):
+        param = torch.nn.Parameter(distribute_tensor(torch.zeros_like(grad), mesh, [Replicate()] * mesh.ndim))
+        param.grad = distribute_tensor(grad.clone(), mesh, [Replicate()] * mesh.ndim)
+        sharded.append(param)
+        plain.append(torch.nn.Parameter(torch.zeros_like(grad)))
+        plain[-1].grad = grad.clone()
+    want = torch.nn.utils.clip_grad_norm_(plain, 0.5, norm_type=norm_type)
+    got = clip_grad_norm_(sharded, 0.5, norm_type=norm_type)
+    assert want > 0.5, "clipping must be active"
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    for param, reference in zip(sharded, plain):
+        torch.testing.assert_close(param.grad.full_tensor(), reference.grad)

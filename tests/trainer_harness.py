@@ -66,6 +66,12 @@ def run_trainer(config: Path, *overrides: str, nproc: int = 2, env: Optional[dic
     return subprocess.run(cmd, cwd=config.parent, env=_env(env), capture_output=True, text=True, timeout=timeout)
 
 
+def run_launcher(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`recipe-advisor train CONFIG ARGS...` (the launcher: pre-flight, then torch.distributed.run)."""
+    cmd = [sys.executable, "-m", "service.cli", "train", str(config), *args]
+    return subprocess.run(cmd, cwd=config.parent, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
 def assert_clean_exit(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     for bad in ("Traceback", "terminate called", "Aborted", "ChildFailedError"):

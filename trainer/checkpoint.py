@@ -34,6 +34,7 @@ import os
 import random
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -107,11 +108,34 @@ def resolve_restore(restore_from: Optional[str], checkpoint_dir: Path) -> tuple[
                     "folder or LATEST"
                 )
             return path, True
+    for path in candidates:
+        if path.exists():
+            raise ConfigError(
+                f"restore_from.path: {path} is a file, not a checkpoint folder; name a complete "
+                f"epoch_<E>_step_<S> folder (a name under {checkpoint_dir} or a path) or LATEST"
+            )
     available = ", ".join(p.name for p in list_complete(checkpoint_dir)) or "none"
     raise ConfigError(
         f"restore_from.path: {restore_from!r} does not exist (looked in {', '.join(map(str, candidates))}); "
         f"complete checkpoints in {checkpoint_dir}: {available}. Use LATEST, one of those names, or a path"
     )
+
+
+def check_writable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> None:
+    """Create ``path`` (with its parents) and write a probe file in it: an unusable folder is a config
+    error at startup, not a traceback at the first save (or the first metrics line) after training."""
+    fix = "choose a folder this user can create and write"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}: '{path}' is a file, not a folder; {fix}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot create '{path}' ({exc.strerror or exc}); {fix}") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_probe_"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot write in '{path}' ({exc.strerror or exc}); {fix}") from None
 
 
 # ----------------------------------------------------------------------------- compatibility

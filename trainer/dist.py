@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping
+from typing import Callable, Mapping, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -115,6 +115,23 @@ def all_reduce_sum(tensor: torch.Tensor, group=None) -> torch.Tensor:
     if dist.is_initialized():
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
     return tensor
+
+
+def check_on_main(check: Callable[[], None]) -> None:
+    """Run ``check`` on rank 0 only (e.g. probing a shared folder); a ConfigError it raises is raised
+    on every rank, so all ranks stop alike instead of the others waiting in a collective."""
+    problem = None
+    if is_main_process():
+        try:
+            check()
+        except ConfigError as exc:
+            problem = str(exc)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        shared = [problem]
+        dist.broadcast_object_list(shared, src=0)
+        problem = shared[0]
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 FAULT_ENV = "TRAINER_FAULT_INJECT"

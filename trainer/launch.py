@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainer.builders import check_target, dataset_call, resolve_data_path
+from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
+from trainer.model_checks import check_model_section, check_peft_targets
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.step_scheduler import derive_grad_acc_steps
 
@@ -78,6 +80,9 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
                           "set distributed.strategy: fsdp2 or tp_size: 1")
     if cfg.precision == "nvfp4":
         raise ConfigError("precision: nvfp4 is not supported by the bundled trainer; use bf16, fp16, fp8 or fp32")
+    if cfg.precision == "fp8" and cfg.hardware.gpu_type == "cpu":
+        raise ConfigError("precision: fp8 runs torchao float8 GEMMs on CUDA GPUs (compute capability 8.9+), and "
+                          "hardware.gpu_type is cpu; use bf16 or fp32 on CPU")
     if d.sequence_parallel and d.tp_size == 1 and _is_rank_zero():
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
     s = cfg.step_scheduler
@@ -105,9 +110,10 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
         raise ConfigError("optimizer._target_: missing; e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}")
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
         raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
+    check_model_section(cfg.model)
+    if cfg.peft is not None:
+        check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
-        from trainer.checkpoint import resolve_restore
-
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
 
 
@@ -125,7 +131,10 @@ def _is_rank_zero() -> bool:
 
 
 def run(argv: list[str]) -> int:
-    """Load, check, train. Returns the exit code (0 ok, 2 bad config, 1 failure); never calls exit."""
+    """Load, check, train. Returns the exit code (0 ok, 2 bad config, 1 failure); never calls exit.
+
+    Once the process group exists, rank 0 creates and probes ``checkpoint.checkpoint_dir`` and every
+    rank stops with exit 2 if it is unusable, before the model is built."""
     if not argv or argv[0] in ("-h", "--help") or argv[0].startswith("--"):
         print(USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
@@ -138,7 +147,7 @@ def run(argv: list[str]) -> int:
         return EXIT_CONFIG
 
     from trainer.builders import resolve_target
-    from trainer.dist import init_distributed
+    from trainer.dist import check_on_main, init_distributed
 
     try:
         info = init_distributed(cfg.distributed.backend)
@@ -147,6 +156,7 @@ def run(argv: list[str]) -> int:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        check_on_main(lambda: check_writable_dir(Path(cfg.checkpoint.checkpoint_dir)))
         from trainer.recipes import BaseRecipe
 
         recipe_cls = resolve_target(cfg.recipe.target or DEFAULT_RECIPE, "recipe")

@@ -20,14 +20,18 @@ def derive_grad_acc_steps(global_batch_size: int, local_batch_size: int, dp_size
     """``global / (local x DP)``; a ConfigError naming the keys when it is not a whole number."""
     per_step = local_batch_size * dp_size
     if global_batch_size % per_step:
-        options = sorted({d for d in range(1, global_batch_size + 1)
-                          if global_batch_size % (d * dp_size) == 0})
-        raise ConfigError(
-            f"step_scheduler.local_batch_size: global_batch_size {global_batch_size} is not divisible by "
-            f"local_batch_size {local_batch_size} x data-parallel size {dp_size} = {per_step}; "
-            f"gradient accumulation must be a whole number. Use a local_batch_size in {options[:8]} "
-            f"or a global_batch_size that is a multiple of {per_step}"
-        )
+        options = [d for d in range(1, global_batch_size + 1) if global_batch_size % (d * dp_size) == 0]
+        problem = (f"step_scheduler.local_batch_size: global_batch_size {global_batch_size} is not divisible by "
+                   f"local_batch_size {local_batch_size} x data-parallel size {dp_size} = {per_step}; "
+                   "gradient accumulation must be a whole number.")
+        if options:
+            raise ConfigError(f"{problem} Use a local_batch_size in {options[:8]} or a global_batch_size that is "
+                              f"a multiple of {per_step}")
+        # No local batch helps: the data-parallel size itself does not divide the global batch.
+        sizes = [d for d in range(1, global_batch_size + 1) if global_batch_size % d == 0][:8]
+        raise ConfigError(f"{problem} No local_batch_size fixes it: use a global_batch_size that is a multiple of "
+                          f"{per_step}, or a data-parallel size (processes / distributed.tp_size) that divides "
+                          f"{global_batch_size}, such as {', '.join(map(str, sizes))}")
     return global_batch_size // per_step
 
 

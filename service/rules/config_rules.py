@@ -196,15 +196,16 @@ def lr_schedule_sensible(view: "ConfigView") -> Iterator[Violation]:
     if cfg is None:
         return
     sched, lr = cfg.lr_scheduler, cfg.optimizer.lr
-    if lr is not None and sched.min_lr > lr:
+    if lr is not None and sched.schedule != "constant" and sched.min_lr > lr:
         yield Violation(f"lr_scheduler.min_lr={sched.min_lr:g} is above optimizer.lr={lr:g}: the \"decay\" after "
                         "warmup raises the learning rate", f"set lr_scheduler.min_lr below {lr:g} (often lr/10)",
                         key="lr_scheduler.min_lr")
-    steps = sched.decay_steps or cfg.step_scheduler.max_steps
-    if steps and sched.warmup_steps >= steps:
-        of = "lr_scheduler.decay_steps" if sched.decay_steps else "step_scheduler.max_steps"
-        yield Violation(f"lr_scheduler.warmup_steps={sched.warmup_steps} is not below {of}={steps}: the run never "
-                        "reaches its peak learning rate", f"set lr_scheduler.warmup_steps below {steps}",
+    # decay_steps count after the warmup (trainer/lr_schedule.py), so only the run's length bounds it.
+    steps = cfg.step_scheduler.max_steps
+    if steps and sched.warmup_steps > steps:
+        yield Violation(f"lr_scheduler.warmup_steps={sched.warmup_steps} is above step_scheduler.max_steps={steps}: "
+                        "the run never reaches its peak learning rate",
+                        f"set lr_scheduler.warmup_steps to at most {steps} (usually a few percent of it)",
                         key="lr_scheduler.warmup_steps")
 
 

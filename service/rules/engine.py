@@ -27,7 +27,7 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
     ) if size > 1 and not CAPABILITIES.get(cap)]
     if not lay.tp == 1 and not CAPABILITIES.get("tensor_parallel"):
         missing.append("tp_size")
-    if not missing and lay.tp > 1 and f.strategy == "ddp" and not CAPABILITIES.get("tp_with_ddp", True):
+    if not missing and lay.tp > 1 and f.strategy == "ddp" and not CAPABILITIES.get("tp_with_ddp", False):
         return Violation(f"strategy ddp does not run tensor parallel (tp_size {lay.tp}): the bundled trainer "
                          "shards TP with DTensor on a (dp, tp) mesh under FSDP2 only",
                          "set distributed.strategy: fsdp2, or distributed.tp_size: 1", key="distributed.tp_size")

@@ -275,6 +275,15 @@ PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")  #
 MXFP8_ARCHS = ("blackwell", "rubin")  # Transformer Engine check_mxfp8_support: compute capability >= 10.0
 
 
+def token_runs_on(token: Optional[str], hw) -> bool:
+    """Whether a Bridge precision token's recipe runs on hardware ``hw`` (RA-P001..3 as a predicate)."""
+    if token == "fp8mx":
+        return hw.arch in MXFP8_ARCHS
+    if token in FP8_RECIPES:
+        return hw.supports_fp8
+    return hw.supports_fp4 if token == "nvfp4" else True
+
+
 def precision_of_token(token: Optional[str]) -> Optional[str]:
     """The config ``precision`` a Bridge precision token (recipe name, ``metadata.precision_recipe``)
     trains in; None for a token we do not know."""
@@ -285,7 +294,10 @@ def precision_of_token(token: Optional[str]) -> Optional[str]:
 
 def recipe_precision(f: Facts) -> tuple[Optional[str], Optional[str]]:
     """(token, key) of the precision recipe Megatron Bridge runs: ``metadata.precision_recipe``, else
-    the token in ``metadata.megatron_recipe`` (what ``run_recipe.py --recipe`` loads); (None, None)."""
+    the token in ``metadata.megatron_recipe`` (what ``run_recipe.py --recipe`` loads); (None, None).
+    Only for ``strategy: megatron``: the bundled trainer reads ``precision`` and ignores the labels."""
+    if f.strategy != "megatron":
+        return None, None
     label = f.extra.get("precision_recipe")
     if label:
         return label, "metadata.precision_recipe"

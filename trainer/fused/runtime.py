@@ -24,10 +24,9 @@ import torch
 from torch import nn
 
 from trainer.fast_paths import FUSED_OPTIMIZERS
-from trainer.models.config import KERNELS
+from trainer.models.config import KERNEL_SETTINGS
 from trainer.overrides import ConfigError
 
-KERNEL_SETTINGS = ("auto",) + KERNELS
 _FUSED_DEVICES = ("cpu", "cuda", "xpu", "mps")
 FP8_MIN_CAPABILITY = (8, 9)
 # torch._scaled_mm needs both GEMM dimensions of the weight to be multiples of 16.

@@ -141,9 +141,9 @@ class BaseRecipe:
             return None  # auto-resume belongs to runs that checkpoint; an explicit restore_from always works
         path, explicit = ckpt.resolve_restore(restore_from, self.checkpoint_dir)
         if path is None:
-            if restore_from == "LATEST":
-                log(f"restore_from LATEST: no complete checkpoint in {self.checkpoint_dir} yet; starting fresh",
-                    self.dist)
+            if restore_from == "LATEST":  # "the newest if any", as AutoModel and torchtitan read it
+                log(f"warning: restore_from.path is LATEST but {self.checkpoint_dir} holds no complete checkpoint; "
+                    "starting fresh from step 0", self.dist)
             return None
         diffs = ckpt.signature_differences(self.model_signature(), ckpt.read_signature(path))
         if diffs:

@@ -15,22 +15,16 @@ from torch import nn
 from trainer.builders import instantiate
 from trainer.config import RecipeConfig
 from trainer.dist import DistInfo
+from trainer.model_checks import check_default_loader_kwargs, dtype_name
 from trainer.overrides import ConfigError
 
 CONSOLIDATED, SHARDED = "consolidated", "sharded"
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
-_BUILD_KWARGS = ("dtype", "load_weights", "attn_implementation", "kernels")
 
 
 def parse_dtype(value: Any) -> torch.dtype:
     if isinstance(value, torch.dtype):
         return value
-    name = str(value).removeprefix("torch.")
-    if name not in _DTYPES:
-        raise ConfigError(f"model.dtype: {value!r} is not one of {', '.join(sorted(_DTYPES))}")
-    return _DTYPES[name]
+    return getattr(torch, dtype_name(value))
 
 
 def build_model(section, *, seed: int, device_type: str = "cpu", compile_enabled: bool = False) -> nn.Module:
@@ -55,10 +49,7 @@ def _build_model(section, kwargs: dict, seed: int, kernels: str) -> nn.Module:
         if section.target is not None:
             return instantiate({"_target_": section.target, **kwargs}, "model", name_or_path=name, dtype=dtype,
                                device="meta", seed=seed, kernels=kernels)
-        unknown = sorted(set(kwargs) - set(_BUILD_KWARGS))
-        if unknown:
-            raise ConfigError(f"model: unknown key(s) {', '.join(unknown)}; the default loader takes "
-                              f"pretrained_model_name_or_path, {', '.join(_BUILD_KWARGS)}")
+        check_default_loader_kwargs(kwargs)
         return build_causal_lm(name, dtype=dtype, device="meta", seed=seed,
                                load_weights=bool(kwargs.get("load_weights", False)),
                                attn_implementation=kwargs.get("attn_implementation", "sdpa"), kernels=kernels)

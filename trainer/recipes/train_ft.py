@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -50,16 +51,47 @@ def build_loss_fn(section) -> Callable[..., tuple[torch.Tensor, int]]:
     return instantiate({"_target_": section.target, **section.kwargs()}, "loss_fn")
 
 
-def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: Optional[float]) -> torch.Tensor:
-    """Total L2 norm of the gradients (DTensor-aware, as torchtitan), clipped when ``max_norm`` is set."""
+def _grads_by_mesh(parameters: list[nn.Parameter]) -> dict[Any, list[nn.Parameter]]:
+    """Parameters with a gradient, grouped by the device mesh of their DTensor gradient (None: plain
+    tensors). Under TP without sequence parallel the norms stay FSDP DTensors on the 1-D ``dp`` mesh
+    while the TP'd weights live on the 2-D ``(dp, tp)`` mesh; DTensor ops refuse to mix the two."""
     from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
+    groups: dict[Any, list[nn.Parameter]] = {}
+    for p in parameters:
+        if p.grad is not None:
+            groups.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
+    return groups
+
+
+def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: Optional[float],
+                    norm_type: float = 2.0) -> torch.Tensor:
+    """Total ``norm_type`` norm of all gradients, each scaled by ``min(1, max_norm / (total + 1e-6))``
+    when ``max_norm`` is set (torch.nn.utils.clip_grad_norm_).
+
+    DTensor-aware for mixed meshes, as torchtitan's ``clip_grad_norm_`` with expert parallel: the norm
+    of each mesh group is reduced to a plain tensor (``full_tensor``), the groups combine as
+    ``(sum_g n_g^p)^(1/p)`` (the max for the inf-norm), and every group is scaled by the same coefficient.
+    """
+    from torch.distributed.tensor import DTensor
+
+    groups = _grads_by_mesh(parameters)
+    norms = []
+    for params in groups.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=norm_type,
+                                             error_if_nonfinite=False)
+        norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    if not norms:
+        return torch.zeros(())
+    if len(norms) == 1:  # one mesh (or none): the norm as torch computes it, not re-rounded
+        total = norms[0]
+    elif math.isinf(norm_type):
+        total = torch.stack(norms).max()
+    else:
+        total = torch.stack(norms).pow(norm_type).sum().pow(1.0 / norm_type)
     if max_norm is not None:
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        for params in groups.values():
+            torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
 
 

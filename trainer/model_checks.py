@@ -1,0 +1,95 @@
+"""Torch-free checks of the ``model`` and ``peft`` sections, shared by the pre-flight and the workers.
+
+The pre-flight (trainer/launch.py) runs them before any process starts, so a misspelt
+``model.dtype``, ``model.kernels`` or model name stops the launcher with one message instead
+of every worker failing after importing torch; the model builder (trainer/recipes/model_io.py)
+applies the same rules, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from trainer.models.config import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, LINEAR_MODULES
+from trainer.overrides import ConfigError
+
+# Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
+DEFAULT_LOADER_KWARGS = ("dtype", "load_weights", "attn_implementation", "kernels")
+
+
+def dtype_name(value: Any) -> str:
+    """The torch dtype attribute a ``model.dtype`` spelling names (``bf16`` -> ``bfloat16``)."""
+    name = str(value).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ConfigError(f"model.dtype: {value!r} is not one of {', '.join(sorted(DTYPES))}")
+    return DTYPES[name]
+
+
+def check_default_loader_kwargs(kwargs: Mapping[str, Any]) -> None:
+    unknown = sorted(set(kwargs) - set(DEFAULT_LOADER_KWARGS))
+    if unknown:
+        raise ConfigError(f"model: unknown key(s) {', '.join(unknown)}; the default loader takes "
+                          f"pretrained_model_name_or_path, {', '.join(DEFAULT_LOADER_KWARGS)}")
+
+
+def check_model_section(section: Any) -> None:
+    """``model.dtype``, ``model.kernels`` and, for the default loader, its keys and the model name."""
+    kwargs = section.kwargs()
+    if "dtype" in kwargs:
+        dtype_name(kwargs["dtype"])
+    kernels = kwargs.get("kernels", "auto")
+    if kernels not in KERNEL_SETTINGS:
+        raise ConfigError(f"model.kernels: {kernels!r} is not one of {', '.join(KERNEL_SETTINGS)}")
+    if section.target is not None:
+        return  # a custom builder reads its own keys and interprets the name itself
+    check_default_loader_kwargs(kwargs)
+    attn = kwargs.get("attn_implementation", "sdpa")
+    if attn not in ATTN_IMPLEMENTATIONS:
+        raise ConfigError(f"model.attn_implementation: {attn!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+    if section.pretrained_model_name_or_path:
+        check_model_source(section.pretrained_model_name_or_path)
+
+
+def check_model_source(name: str) -> None:
+    """Refuse a name the workers certainly cannot resolve (trainer.models.builder.resolve_config's order:
+    a local path, a bundled id, the Hugging Face hub). Only with HF_HUB_OFFLINE set is "not on the hub"
+    certain (not in the local cache); online, a hub id is left to the workers, which download it."""
+    if Path(name).expanduser().exists():
+        return
+    try:
+        from recipe_index.models import find_bundled_model, hub_offline, model_suggestions
+    except ImportError:  # the trainer installed without the index: the workers decide
+        return
+    if find_bundled_model(name) is not None or not hub_offline():
+        return
+    if _in_hub_cache(name):
+        return
+    close = model_suggestions(name)
+    hint = f" (closest bundled ids: {', '.join(close)})" if close else ""
+    raise ConfigError(
+        f"model.pretrained_model_name_or_path: {name!r} is not a local folder or config.json, not a bundled "
+        f"model{hint}, and not in the Hugging Face cache (HF_HUB_OFFLINE is set); name a bundled id "
+        "(recipe-advisor models), a model folder, or download the model first"
+    )
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
+        return False
+
+
+def check_peft_targets(target_modules: Sequence[str], *, default_loader: bool) -> None:
+    """On the bundled decoder, ``peft.target_modules`` must name at least one of its linears
+    (trainer.peft.apply_lora matches module-name suffixes and refuses a list that matches none)."""
+    if not default_loader:
+        return
+    if not any(str(t).rsplit(".", 1)[-1] in LINEAR_MODULES for t in target_modules):
+        raise ConfigError(
+            f"peft.target_modules: {list(target_modules)} matches no linear layer of the model; "
+            f"use names from {', '.join(LINEAR_MODULES)}"
+        )
