@@ -276,8 +276,8 @@ class PlanBody(_Request):
     )
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = Field(
         default=None,
-        description="Dtype gradients are reduced and (Megatron) buffered in; default: the recipe's (fp32; "
-        "Megatron Bridge's performance recipes: bf16).",
+        description="Dtype gradients are reduced and (Megatron) buffered in; default: the base recipe's, "
+        "fp32 for the library and bundled recipes recommend starts from (Bridge's benchmark recipes state bf16).",
         examples=["fp32"],
     )
     engine: ENGINE = Field(

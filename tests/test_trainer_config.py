@@ -151,9 +151,9 @@ def _config(tmp_path: Path, **changes) -> Path:
     ({"dataset": {"preset": "squad", "seq_length": 64}}, 2, "dataset.preset: 'squad' is a Megatron Bridge dataset"),
     ({"validation_dataset": {"seq_length": 64}}, 2, "validation_dataset._target_: missing"),
     # found by the workers after importing torch before (bug hunt s5 #2); closed sets, checked here
-    ({"model__kernels": "foo"}, 2, "model.kernels: 'foo' is not one of auto, torch, liger, reference"),
-    ({"model__dtype": "float7"}, 2, "model.dtype: 'float7' is not one of bf16, bfloat16"),
-    ({"model__attn_implementation": "flash9"}, 2, "model.attn_implementation: 'flash9' is not one of sdpa, eager"),
+    ({"model__kernels": "foo"}, 2, "model.kernels: Input should be 'auto', 'torch', 'liger' or 'reference'"),
+    ({"model__dtype": "float7"}, 2, "model.dtype: Input should be 'float32', 'fp32', 'bfloat16'"),
+    ({"model__attn_implementation": "flash9"}, 2, "model.attn_implementation: Input should be 'sdpa' or 'eager'"),
     ({"model__flash": True}, 2, "model: unknown key(s) flash; the default loader takes"),
     ({"model__pretrained_model_name_or_path": "nope"}, 2,
      "model.pretrained_model_name_or_path: 'nope' is not a local folder or config.json, not a bundled model"),
@@ -366,3 +366,13 @@ def test_optimizer_implementation_switches_are_booleans():
     assert ok.optimizer.kwargs() == {"lr": 1e-3, "foreach": False}
     with pytest.raises(ValueError, match="optimizer.fused"):
         RecipeConfig.model_validate({"optimizer": {**optimizer, "fused": "abc"}})
+
+
+@pytest.mark.parametrize("key, value", [("kernels", "foo"), ("dtype", "float7"), ("attn_implementation", "flash")])
+def test_validate_refuses_model_settings_the_workers_would(key, value):
+    """validate used to pass `model.kernels: foo`; the trainer's workers then exited 2 on it."""
+    from service.validate import validate_text
+
+    text = f"model:\n  pretrained_model_name_or_path: tiny-llama\n  {key}: {value}\n"
+    bad = [f for f in validate_text(text, "c.yaml").findings if f.key == f"model.{key}"]
+    assert bad and bad[0].code == "RA-C002" and bad[0].line == 3

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from trainer.models.config import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS
+
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
@@ -70,6 +72,16 @@ class ModelSection(_Target):
     pretrained_model_name_or_path: Optional[str] = None
     # Megatron keeps a model-side sequence length; the runner syncs it to dataset.seq_length.
     seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
+    # The bundled trainer's model settings, typed so that validate refuses what its workers would
+    # (trainer/models/config.py; None: the key is absent and the builder's default applies).
+    kernels: Optional[Literal[KERNEL_SETTINGS]] = None
+    dtype: Optional[Literal[tuple(DTYPES)]] = None
+    attn_implementation: Optional[Literal[ATTN_IMPLEMENTATIONS]] = None
+
+    def kwargs(self) -> dict[str, Any]:
+        typed = {name: getattr(self, name) for name in ("kernels", "dtype", "attn_implementation")
+                 if name in self.model_fields_set}
+        return {**typed, **super().kwargs()}
 
 
 class StepSchedulerSection(_Plain):
