@@ -153,7 +153,7 @@ def _config(tmp_path: Path, **changes) -> Path:
     # found by the workers after importing torch before (bug hunt s5 #2); closed sets, checked here
     ({"model__kernels": "foo"}, 2, "model.kernels: Input should be 'auto', 'torch', 'liger' or 'reference'"),
     ({"model__dtype": "float7"}, 2, "model.dtype: Input should be 'float32', 'fp32', 'bfloat16'"),
-    ({"model__attn_implementation": "flash9"}, 2, "model.attn_implementation: Input should be 'sdpa' or 'eager'"),
+    ({"model__attn_implementation": "flash9"}, 2, "model.attn_implementation: 'flash9' is not one of sdpa, eager"),
     ({"model__flash": True}, 2, "model: unknown key(s) flash; the default loader takes"),
     ({"model__pretrained_model_name_or_path": "nope"}, 2,
      "model.pretrained_model_name_or_path: 'nope' is not a local folder or config.json, not a bundled model"),
@@ -368,7 +368,7 @@ def test_optimizer_implementation_switches_are_booleans():
         RecipeConfig.model_validate({"optimizer": {**optimizer, "fused": "abc"}})
 
 
-@pytest.mark.parametrize("key, value", [("kernels", "foo"), ("dtype", "float7"), ("attn_implementation", "flash")])
+@pytest.mark.parametrize("key, value", [("kernels", "foo"), ("dtype", "float7")])
 def test_validate_refuses_model_settings_the_workers_would(key, value):
     """validate used to pass `model.kernels: foo`; the trainer's workers then exited 2 on it."""
     from service.validate import validate_text
@@ -376,3 +376,22 @@ def test_validate_refuses_model_settings_the_workers_would(key, value):
     text = f"model:\n  pretrained_model_name_or_path: tiny-llama\n  {key}: {value}\n"
     bad = [f for f in validate_text(text, "c.yaml").findings if f.key == f"model.{key}"]
     assert bad and bad[0].code == "RA-C002" and bad[0].line == 3
+
+
+def test_model_dtype_may_be_spelt_as_torch_names_it():
+    from trainer.config import RecipeConfig
+
+    assert RecipeConfig.model_validate({"model": {"dtype": "torch.bfloat16"}}).model.kwargs() == {"dtype": "bfloat16"}
+
+
+def test_validate_finds_every_trainer_models_name_and_takes_a_model_builder():
+    """validate reads targets from source (never importing them): trainer.models' names must be visible."""
+    from service.rules.targets import signature_of
+    from service.validate import validate_text
+    import trainer.models
+
+    for name in trainer.models.__all__:
+        signature_of(f"trainer.models.{name}")  # raises TargetNotFound when the source hides it
+    text = ("model:\n  _target_: trainer.models.build_causal_lm\n  pretrained_model_name_or_path: tiny-llama\n"
+            "  dtype: bf16\n  kernels: torch\n")
+    assert not [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-S002"]

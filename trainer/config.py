@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from trainer.models.config import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS
+from trainer.model_settings import DTYPES, KERNEL_SETTINGS
 
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
@@ -68,19 +68,23 @@ class MetadataSection(_Plain):
     known_issues: list[str] = Field(default_factory=list)
 
 
+def _without_torch_prefix(value: Any) -> Any:
+    # `torch.bfloat16` names the same dtype as `bfloat16` (trainer.model_checks.dtype_name strips it too).
+    return value[len("torch."):] if isinstance(value, str) and value.startswith("torch.") else value
+
+
 class ModelSection(_Target):
     pretrained_model_name_or_path: Optional[str] = None
     # Megatron keeps a model-side sequence length; the runner syncs it to dataset.seq_length.
     seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
-    # The bundled trainer's model settings, typed so that validate refuses what its workers would
-    # (trainer/models/config.py; None: the key is absent and the builder's default applies).
+    # The settings the trainer itself reads before any builder runs, typed so that validate refuses
+    # what its workers would (trainer/model_settings.py; None: absent, the default applies). Keys a
+    # builder reads (attn_implementation, load_weights) stay its kwargs: a custom `_target_` may differ.
     kernels: Optional[Literal[KERNEL_SETTINGS]] = None
-    dtype: Optional[Literal[tuple(DTYPES)]] = None
-    attn_implementation: Optional[Literal[ATTN_IMPLEMENTATIONS]] = None
+    dtype: Annotated[Optional[Literal[tuple(DTYPES)]], BeforeValidator(_without_torch_prefix)] = None
 
     def kwargs(self) -> dict[str, Any]:
-        typed = {name: getattr(self, name) for name in ("kernels", "dtype", "attn_implementation")
-                 if name in self.model_fields_set}
+        typed = {name: getattr(self, name) for name in ("kernels", "dtype") if name in self.model_fields_set}
         return {**typed, **super().kwargs()}
 
 

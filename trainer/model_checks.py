@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from trainer.models.config import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, LINEAR_MODULES
+from trainer.model_settings import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.

@@ -231,6 +231,11 @@ def target_allowed(view: "ConfigView") -> Iterator[Violation]:
                             key=f"{key}._target_" if key else "_target_")
 
 
+# Keys of a `_target_` section the trainer consumes itself and passes on under its own names (the model
+# builder gets name_or_path, dtype, kernels: trainer/recipes/model_io.py), so not the target's keywords.
+TRAINER_READS = {"model": ("pretrained_model_name_or_path", "seq_length", "dtype", "kernels")}
+
+
 @config_rule("RA-S002", "error", "", "`_target_` exists and takes the given keywords",
              "signature read from source with ast, never imported (cf. torchtune `tune validate`)")
 def target_signature(view: "ConfigView") -> Iterator[Violation]:
@@ -239,7 +244,7 @@ def target_signature(view: "ConfigView") -> Iterator[Violation]:
         if not isinstance(node, dict) or not is_allowed(str(node.get("_target_", ""))):
             continue
         target = node["_target_"]
-        kwargs = [k for k in node if k != "_target_"]
+        kwargs = [k for k in node if k != "_target_" and k not in TRAINER_READS.get(section, ())]
         try:
             bad = unknown_kwargs(target, kwargs)
         except TargetNotFound as exc:

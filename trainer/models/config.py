@@ -13,6 +13,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from trainer.model_settings import (  # noqa: F401  (re-exported: the settings the decoder builds from)
+    ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, KERNELS, LINEAR_MODULES,
+)
+
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
@@ -21,18 +25,6 @@ ARCHITECTURES = {
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
-# How RMSNorm, SwiGLU and RoPE run (trainer/fused): "torch" memory-lean autograd functions in plain
-# torch, "liger" Liger's Triton kernels (CUDA), "reference" the plain module math.
-KERNELS = ("torch", "liger", "reference")
-# `model.kernels`: one of KERNELS, or "auto" (trainer/fused/runtime.py resolve_kernels picks per device).
-KERNEL_SETTINGS = ("auto",) + KERNELS
-# `model.dtype` spellings -> the torch.dtype attribute they name (trainer/recipes/model_io.py parse_dtype).
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
-# Leaf names of the decoder's nn.Linear modules (trainer/models/decoder.py): what `peft.target_modules`
-# can name on the bundled decoder.
-LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
 class ModelConfigError(ValueError):

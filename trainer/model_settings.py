@@ -1,0 +1,16 @@
+"""Names a config's `model` and `peft` sections may use on the bundled decoder. Plain data, no torch:
+the schema (trainer/config.py) and the launcher's pre-flight (trainer/model_checks.py) read it, and
+trainer.models builds from it. (trainer.models itself imports torch on import.)"""
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+# How RMSNorm, SwiGLU and RoPE run (trainer/fused): "torch" memory-lean autograd functions in plain
+# torch, "liger" Liger's Triton kernels (CUDA), "reference" the plain module math.
+KERNELS = ("torch", "liger", "reference")
+# `model.kernels`: one of KERNELS, or "auto" (trainer/fused/runtime.py resolve_kernels picks per device).
+KERNEL_SETTINGS = ("auto",) + KERNELS
+# `model.dtype` spellings -> the torch.dtype attribute they name (trainer/recipes/model_io.py parse_dtype).
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+# Leaf names of the decoder's nn.Linear modules (trainer/models/decoder.py): what `peft.target_modules`
+# can name on the bundled decoder.
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
