@@ -87,13 +87,20 @@ def _loc_key(loc: tuple) -> str:
 def _schema(view: ConfigView, data: dict) -> Optional[RecipeConfig]:
     """Parse into the schema; drop each offending key and retry so the other rules still run."""
     data = copy.deepcopy(data)
+    reported: set[str] = set()
     for _ in range(4):
         try:
             return RecipeConfig.model_validate(data)
         except ValidationError as exc:
+            drops = []
             for err in exc.errors():
                 loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
                 key = _loc_key(loc)
+                # A required key that is missing cannot be dropped: drop its section for the retry.
+                drops.append(loc[:-1] if err["type"] == "missing" and len(loc) > 1 else loc)
+                if key in reported:
+                    continue
+                reported.add(key)
                 if err["type"] == "extra_forbidden":
                     section = key.rpartition(".")[0]
                     options = section_fields(section) if section else top_level_keys()
@@ -103,6 +110,9 @@ def _schema(view: ConfigView, data: dict) -> Optional[RecipeConfig]:
                     shown = repr(got) if not isinstance(got, dict) else "a mapping"
                     view.invalid_values.append(
                         (key, f"`{key}`: {err['msg']} (got {shown[:80]})", _fix_for(err)))
+            # Last index first, so that dropping one list element does not shift the next one's index.
+            for loc in sorted(drops, key=lambda loc: [(0, p) if isinstance(p, int) else (1, str(p)) for p in loc],
+                              reverse=True):
                 _drop(data, loc)
     return None
 

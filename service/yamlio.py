@@ -70,7 +70,8 @@ class Document:
         while key:
             if key in self.positions:
                 return self.positions[key]
-            key = key.rpartition(".")[0]
+            # A list element (`peft.target_modules[1]`) without a position of its own: its list's.
+            key = key[:key.rindex("[")] if key.endswith("]") else key.rpartition(".")[0]
         return (None, None)
 
 
@@ -191,7 +192,11 @@ class _Builder:
                 raise YamlError(f"unsupported YAML value: {exc.problem}", path=self.path, line=line,
                                 column=col, fix="use plain YAML scalars; tags like !!python/* are refused")
         if isinstance(node, SequenceNode):
-            return [self.build(item, f"{key_path}[{i}]") for i, item in enumerate(node.value)]
+            items = []
+            for i, item in enumerate(node.value):
+                self.positions[f"{key_path}[{i}]"] = _mark(item.start_mark)  # where a finding on it points
+                items.append(self.build(item, f"{key_path}[{i}]"))
+            return items
         if isinstance(node, MappingNode):
             return self._mapping(node, key_path)
         raise YamlError(f"unsupported YAML node {node.tag}", path=self.path)  # pragma: no cover

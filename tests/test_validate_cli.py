@@ -248,3 +248,19 @@ def test_more_gpus_per_node_than_the_hardware_has_is_a_warning(tmp_path, capsys,
 def test_gpus_within_the_node_raise_no_node_warning(files, capsys, argv):
     _, out, _ = run_cli(capsys, "validate", str(files / "good.yaml"), *argv)
     assert "RA-C012" not in out
+
+
+def test_schema_errors_in_lists_point_at_the_element_once_each():
+    """Dropping list element 0 used to shift element 1 into its place: three findings for two, at 1:1."""
+    from service.validate import validate_text
+
+    text = "peft:\n  method: lora\n  target_modules:\n    - 1\n    - [a]\n"
+    found = [(f.key, f.line, f.column) for f in validate_text(text, "p.yaml").findings if f.code == "RA-C002"]
+    assert found == [("peft.target_modules[0]", 4, 7), ("peft.target_modules[1]", 5, 7)]
+
+
+def test_a_missing_required_key_is_reported_once():
+    from service.validate import validate_text
+
+    findings = [f for f in validate_text("metadata:\n  kind: library\n", "m.yaml").findings if f.code == "RA-C002"]
+    assert [(f.key, f.line) for f in findings] == [("metadata.name", 1)]
