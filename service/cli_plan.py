@@ -100,7 +100,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     elif not result.fitting:
         needed = gpus_needed(req)
         lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
-                     (f"needs at least {needed} GPUs of that type" if needed else "no GPU count up to 65536 fits"))
+                     (f"the fewest GPUs of that type found to fit it: {needed}" if needed else "no GPU count up to 65536 fits"))
     if result.rejections:
         lines += ["", "rejected by the rules:"]
         for code, (finding, count) in sorted(result.rejections.items()):

@@ -408,7 +408,9 @@ def _impossible(result: Plan, request) -> PlanError:
                f"{result.usable_gib:.1f} GiB after headroom")
     else:
         why = "; ".join(f"{f.code}: {f.message}" for f in found)
-    need = (f"It needs at least {needed} {hw.name} GPUs" if needed else
+    # "Found", not "needs at least": fit is not monotonic in the GPU count (EP, PP and the batch must
+    # divide it), and the search (service/sizing.py) probes counts rather than trying them all.
+    need = (f"The fewest {hw.name} GPUs found to fit it: {needed}" if needed else
             f"No count of {hw.name} GPUs up to 65536 fits it")
     return Impossible(f"{request.model.id} ({request.goal}, seq {request.seq_length}, global batch "
                       f"{request.global_batch_size}) does not fit on {request.world_size} x {hw.name} at any layout: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import islice
 from typing import Optional
 
@@ -12,22 +13,39 @@ from service.planner import PlanRequest, plan
 RULE_REJECTED_SKIPS = 8
 # Counts tried below the request when its own count has no valid layout.
 MAX_PROBES_BELOW = 16
+# Counts tried below the first fitting one bisection finds: fit is not monotonic in the count (EP, PP
+# and the batch must divide it), so a smaller count between may fit where bisection's midpoint did not.
+MAX_PROBES_BETWEEN = 32
 
 FIT, TOO_SMALL, NO_VALID_LAYOUT = "fit", "too small", "no valid layout"
 
 
+def _unit(request: PlanRequest) -> int:
+    """The step between counts: whole nodes, or the user's own GPUs per node when they asked for
+    several partly used nodes (--gpus 4 --nodes 4 grows by nodes of 4)."""
+    node = request.hardware.gpus_per_node
+    return request.gpus_per_node if request.num_nodes > 1 and request.gpus_per_node < node else node
+
+
+def _at(request: PlanRequest, gpus: int) -> PlanRequest:
+    unit = _unit(request)
+    if unit != request.hardware.gpus_per_node:
+        return replace(request, num_nodes=gpus // unit)
+    return request.with_world(gpus)
+
+
 def _probe(request: PlanRequest, gpus: int) -> str:
-    result = plan(request.with_world(gpus))
+    result = plan(_at(request, gpus))
     if result.best is not None:
         return FIT
     return TOO_SMALL if result.layouts else NO_VALID_LAYOUT
 
 
 def _counts_above(request: PlanRequest, max_gpus: int) -> list[int]:
-    """Counts larger than the request's: inside one node, then whole nodes."""
-    node = request.hardware.gpus_per_node
-    return [g for g in range(request.world_size + 1, node)] + \
-        [node * k for k in range(max(1, request.world_size // node + 1), max_gpus // node + 1)]
+    """Counts larger than the request's: inside one node, then whole nodes (or the user's nodes)."""
+    unit, world = _unit(request), request.world_size
+    inside = list(range(world + 1, unit)) if unit == request.hardware.gpus_per_node else []
+    return inside + [unit * k for k in range(max(1, world // unit + 1), max_gpus // unit + 1)]
 
 
 def gpus_needed(request: PlanRequest, max_gpus: int = 1 << 16) -> Optional[int]:
@@ -77,6 +95,9 @@ def gpus_needed(request: PlanRequest, max_gpus: int = 1 << 16) -> Optional[int]:
             high = found
         else:
             low = found
+    for index in range(high - 1, max(low, high - 1 - MAX_PROBES_BETWEEN), -1):
+        if probe(index) == FIT:
+            high = index
     return counts[high]
 
 
@@ -84,9 +105,9 @@ def gpus_that_fit_below(request: PlanRequest) -> Optional[int]:
     """The largest count below the request's on which some layout fits (whole nodes first, then
     counts inside one node), trying at most ``MAX_PROBES_BELOW`` counts: for a request whose own
     count the rules reject (the batch or the heads do not divide it) while fewer GPUs would do."""
-    node = request.hardware.gpus_per_node
-    world = request.world_size
-    below = [node * k for k in range((world - 1) // node, 0, -1)] + list(range(min(world, node) - 1, 0, -1))
+    unit, world = _unit(request), request.world_size
+    inside = list(range(min(world, unit) - 1, 0, -1)) if unit == request.hardware.gpus_per_node else []
+    below = [unit * k for k in range((world - 1) // unit, 0, -1)] + inside
     for gpus in dict.fromkeys(below[:MAX_PROBES_BELOW]):
         if _probe(request, gpus) == FIT:
             return gpus
@@ -110,7 +131,9 @@ def count_can_help(codes) -> bool:
 
 def gpus_option(gpus: int, request: PlanRequest) -> str:
     """How to ask for ``gpus`` GPUs on the command line, both ways --gpus reads (total, or per node)."""
-    node = request.hardware.gpus_per_node
+    node, unit = request.hardware.gpus_per_node, _unit(request)
+    if unit != node:
+        return f"--gpus {unit} --nodes {gpus // unit}"
     if gpus > node and gpus % node == 0:
         return f"--gpus {gpus} (or --gpus {node} --nodes {gpus // node})"
     return f"--gpus {gpus}"

@@ -78,7 +78,7 @@ def test_impossible_request_is_400_saying_what_would_work(client):
     assert r.status_code == 400
     body = r.json()
     assert body["field"] == "gpus"
-    assert "needs at least" in body["detail"]
+    assert "GPUs found to fit it" in body["detail"]
     again = client.post("/v1/recommend", json={"model": "deepseek-v3", "gpus": 1, "gpu_type": "h100"})
     assert again.status_code == 400 and again.content == r.content
 

@@ -207,7 +207,7 @@ def test_cli_plan_json_and_text(capsys):
     assert data["seq_length"] == 8192  # the recipe's convergence contract fills what the flags leave out
     assert main(["plan", "--model", "llama3-70b", "--gpus", "2", "--gpu-type", "h100"]) == 0
     out = capsys.readouterr().out
-    assert "does not fit" in out and "needs at least" in out
+    assert "does not fit" in out and "found to fit it" in out
 
 
 def test_cli_plan_unknown_gpu_exits_2(capsys):

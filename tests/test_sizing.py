@@ -40,7 +40,7 @@ def test_weights_that_fit_no_gpu_are_still_a_memory_answer():
     """RA-M001 (the weights alone exceed one GPU) rejects every layout on 1 GPU: still 'needs N'."""
     with pytest.raises(PlanError) as err:
         recommend("llama3-70b", 1, "h100", goal="pretrain")
-    assert "needs at least" in str(err.value) and err.value.field == "gpus"
+    assert "found to fit it" in str(err.value) and err.value.field == "gpus"
 
 
 def test_plan_json_keeps_significant_digits(capsys):
@@ -72,3 +72,22 @@ def test_recipes_filters_are_checked(capsys):
     assert main(["recipes", "--hardware", "gb200-nvl72", "--num-gpus", "8", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and {(r["hardware"], r["num_gpus"]) for r in rows} == {("gb200", 8)}
+
+
+def test_partly_used_nodes_grow_by_the_users_nodes():
+    """--gpus 4 --nodes 4: 20 GPUs (5 nodes of 4) fit llama3-70b, and that is what to say, in that spelling."""
+    req = make_request("llama3-70b", 4, "h100", nodes=4)
+    assert plan(req).best is None
+    assert gpus_needed(req) == 20
+    with pytest.raises(PlanError) as err:
+        recommend("llama3-70b", 4, "h100", nodes=4)
+    assert err.value.fix == "request --gpus 4 --nodes 5"
+
+
+def test_label_only_fp8_on_ampere_fix_names_the_label():
+    from service.validate import validate_text
+
+    text = ("model:\n  pretrained_model_name_or_path: llama3-8b\nprecision: bf16\ndistributed:\n  strategy: megatron\n"
+            "metadata:\n  name: x\n  precision_recipe: fp8cs\nhardware:\n  gpu_type: a100-80gb\n  gpus_per_node: 8\n")
+    [finding] = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-P001"]
+    assert finding.key == "metadata.precision_recipe" and finding.fix.startswith("point metadata.precision_recipe")

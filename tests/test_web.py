@@ -222,7 +222,7 @@ def test_result_page_query_round_trips_to_the_form(result):
         ({"gpu_type": "h1000"}, 404, "h100"),
         ({"gpus": "eight"}, 422, "valid integer"),
         ({"goal": "train"}, 422, "pretrain"),
-        ({"model": "deepseek-v3", "gpus": "1"}, 400, "needs at least"),
+        ({"model": "deepseek-v3", "gpus": "1"}, 400, "GPUs found to fit it"),
     ],
 )
 def test_result_page_errors_are_the_form_with_the_problem(client, change, status, words):

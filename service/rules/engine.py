@@ -98,4 +98,8 @@ def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
     need = int(-(-weights // (hw.memory_gib * GIB * 0.6)))
     return Violation(f"{f.model.id} needs {weights / GIB:.1f} GiB for its weights alone, more than the "
                      f"{hw.memory_gib:g} GiB of one {hw.name}, and this layout keeps a whole copy per GPU",
-                     f"shard it: tensor/pipeline parallel (Megatron) or FSDP2 over at least ~{need} GPUs")
+                     f"shard it over at least ~{need} GPUs: " + (
+                         "raise distributed.tp_size / pp_size (or ep_size for an MoE model), or turn on "
+                         "use_megatron_fsdp" if f.strategy == "megatron" else
+                         "strategy fsdp2 over more GPUs (raise hardware.gpus_per_node / num_nodes), with "
+                         "tp_size within the node"))

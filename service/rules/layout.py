@@ -334,6 +334,8 @@ def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
         return None
     target = (f"a {_gpus_of(MXFP8_ARCHS)} GPU for MXFP8" if recipe_precision(f)[0] == "fp8mx"
               else "an H100/H200/B200-class GPU for fp8")
+    if violation.key:  # raised by the Bridge label alone: `precision` is already fine, the label is not
+        return replace(violation, fix=f"point {violation.key} at a bf16 recipe on this hardware, or use {target}")
     return replace(violation, fix=f"use precision: bf16 on this hardware, or {target}")
 
 
