@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from service import api_models as m
 from service.api import ERRORS, JSON, client_error, encode, unusable_yaml_is_400
 from service.changes import diff, summary, verdict
-from service.cli_plan import request_from_args
+from service.cli_plan import plan_json, request_from_args
 from service.lookups import lookup_hardware, lookup_model
 from service.memo import Answer, ResponseCache, cached_answer
 from service.planner import PlanError, plan
@@ -78,7 +78,7 @@ async def plan_route(body: m.PlanBody) -> Response:
     key = request_key(body, exclude=("top",))
 
     def compute() -> bytes:
-        return encode(m.PlanResponse.model_validate(cached_plan(key).to_dict(top=body.top)))
+        return encode(m.PlanResponse.model_validate(plan_json(cached_plan(key), body.top)))
 
     return await answer(("plan", key, body.top), compute)
 

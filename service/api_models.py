@@ -359,6 +359,12 @@ class PlanResponse(_Response):
     rejections: list[Rejection] = Field(
         default_factory=list, description="Rules that rejected layouts, with how many; why `layouts` is empty."
     )
+    gpus_that_fit: list[int] = Field(
+        default_factory=list,
+        description="When no layout fits: GPU counts of the same type that would (the nearest below and "
+        "above when the rules reject this count, else the fewest found above it); empty otherwise.",
+        examples=[[]],
+    )
 
 
 # ---------------------------------------------------------------- recommend

@@ -92,20 +92,35 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     not_fitting = [r for r in rows if not r.fits]
     if not_fitting:
         lines += ["", f"does not fit: {result.why_not_fitting(not_fitting[0])}"]
+    counts = gpus_that_fit(result)
     if not result.layouts:
-        counts = counts_that_fit(req) if count_can_help(result.rejections) else []
         works = f"; {' or '.join(map(str, counts))} GPUs of that type work" if counts else ""
         lines.append(f"no layout on {req.world_size} x {hw.name} passes the rules ({req.engine} engine): "
                      f"see the rejections below{works}")
     elif not result.fitting:
-        needed = gpus_needed(req)
         lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
-                     (f"the fewest GPUs of that type found to fit it: {needed}" if needed else "no GPU count up to 65536 fits"))
+                     (f"the fewest GPUs of that type found to fit it: {counts[0]}" if counts
+                      else "no GPU count up to 65536 fits"))
     if result.rejections:
         lines += ["", "rejected by the rules:"]
         for code, (finding, count) in sorted(result.rejections.items()):
             lines.append(f"  {code} x{count}: {finding.message}")
     return "\n".join(lines)
+
+
+def gpus_that_fit(result: Plan) -> list[int]:
+    """When nothing fits: the GPU counts of the same type that would (what the text output says too)."""
+    if result.fitting:
+        return []
+    req = result.request
+    if result.layouts:
+        return [c for c in (gpus_needed(req),) if c]
+    return counts_that_fit(req) if count_can_help(result.rejections) else []
+
+
+def plan_json(result: Plan, top: Optional[int]) -> dict:
+    """`plan --format json` and POST /v1/plan: the plan, and the GPU counts that fit when none here does."""
+    return {**result.to_dict(top=top), "gpus_that_fit": gpus_that_fit(result)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return report_error(err)
     top = args.top if args.top and args.top > 0 else None
     if args.format == "json":
-        print(json.dumps(result.to_dict(top=top), indent=2))
+        print(json.dumps(plan_json(result, top), indent=2))
     else:
         print(format_text(result, top))
     return EXIT_OK

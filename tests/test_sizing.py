@@ -91,3 +91,15 @@ def test_label_only_fp8_on_ampere_fix_names_the_label():
             "metadata:\n  name: x\n  precision_recipe: fp8cs\nhardware:\n  gpu_type: a100-80gb\n  gpus_per_node: 8\n")
     [finding] = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-P001"]
     assert finding.key == "metadata.precision_recipe" and finding.fix.startswith("point metadata.precision_recipe")
+
+
+def test_plan_json_and_http_carry_the_counts_that_fit(client, capsys):
+    """The text output said which GPU counts would fit; the JSON and the API said nothing."""
+    assert main(["plan", "--model", "qwen3-1p7b", "--gpus", "6", "--gpu-type", "l40s", "--goal", "sft",
+                 "--engine", "bundled", "--global-batch-size", "8", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus_that_fit"] == [4, 8]
+    body = {"model": "llama3-70b", "gpus": 16, "gpu_type": "h100", "engine": "bundled", "precision": "fp8",
+            "seq_length": 8192, "global_batch_size": 512}
+    assert client.post("/v1/plan", json=body).json()["gpus_that_fit"] == [32]
+    fits = client.post("/v1/plan", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "top": 1}).json()
+    assert fits["layouts"][0]["fits"] and fits["gpus_that_fit"] == []
