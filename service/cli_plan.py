@@ -10,7 +10,7 @@ from typing import Optional
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
 from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
-from service.sizing import count_can_help, counts_that_fit, gpus_needed
+from service.sizing import gpus_that_fit
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
@@ -106,16 +106,6 @@ def format_text(result: Plan, top: Optional[int]) -> str:
         for code, (finding, count) in sorted(result.rejections.items()):
             lines.append(f"  {code} x{count}: {finding.message}")
     return "\n".join(lines)
-
-
-def gpus_that_fit(result: Plan) -> list[int]:
-    """When nothing fits: the GPU counts of the same type that would (what the text output says too)."""
-    if result.fitting:
-        return []
-    req = result.request
-    if result.layouts:
-        return [c for c in (gpus_needed(req),) if c]
-    return counts_that_fit(req) if count_can_help(result.rejections) else []
 
 
 def plan_json(result: Plan, top: Optional[int]) -> dict:

@@ -32,7 +32,7 @@ from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_n
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
 from service.recipe_choice import choose_recipe
-from service.sizing import count_can_help, counts_that_fit, gpus_needed, gpus_option
+from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -390,18 +390,17 @@ def _impossible(result: Plan, request) -> PlanError:
     """What to say when nothing on these GPUs serves the request: how many GPUs would, else why not."""
     hw = request.hardware
     found = [f for f, _ in result.rejections.values()]
-    memory_only = bool(found) and all(f.code.startswith("RA-M") for f in found)
-    if not result.layouts and not memory_only:  # the rules reject every layout on this count: not a memory question
+    counts = gpus_that_fit(result)
+    if not result.layouts and not memory_only(result.rejections):  # rules reject every layout here, not memory
         rejections = "; ".join(f"{f.code}: {f.message}" for f in found) or "no layout obeys the rules"
         fixes = sorted({_as_options(f.fix) for f in found if f.fix})
-        counts = counts_that_fit(request) if count_can_help(f.code for f in found) else []
         if counts:
             fixes.insert(0, "request " + " or ".join(gpus_option(c, request) for c in counts))
         works = f" {' or '.join(map(str, counts))} {hw.name} GPUs work." if counts else ""
         return PlanError(f"no valid layout of {request.model.id} on {request.world_size} x {hw.name} "
                          f"({request.engine} engine): {rejections}.{works}",
                          field="gpus" if counts else _rejected_field(found), fix="; ".join(fixes) or None)
-    needed = gpus_needed(request)
+    needed = counts[0] if counts else None
     if result.layouts:
         leanest = min(result.layouts, key=lambda r: r.memory_total_gib)
         why = (f"the leanest layout needs {leanest.memory.total:.1f} GiB per GPU, {hw.name} offers "

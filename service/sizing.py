@@ -6,7 +6,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Optional
 
-from service.planner import PlanRequest, plan
+from service.planner import Plan, PlanRequest, plan
 
 # Consecutive counts tried past one whose layouts the rules all reject (the global batch does not
 # split over it, heads do not divide, ...): such a count says nothing about memory.
@@ -137,3 +137,21 @@ def gpus_option(gpus: int, request: PlanRequest) -> str:
     if gpus > node and gpus % node == 0:
         return f"--gpus {gpus} (or --gpus {node} --nodes {gpus // node})"
     return f"--gpus {gpus}"
+
+
+def memory_only(rejection_codes) -> bool:
+    """Whether only the memory rules (RA-M) rejected layouts: a question of GPU count, like not fitting."""
+    codes = list(rejection_codes)
+    return bool(codes) and all(code.startswith("RA-M") for code in codes)
+
+
+def gpus_that_fit(result: Plan) -> list[int]:
+    """When nothing fits: the GPU counts of the same type that would. Memory (layouts that do not fit,
+    or only RA-M rejections): the fewest found above; rules: the nearest below and above, unless no
+    count can help. What `plan` (text and JSON) and `recommend` answer."""
+    if result.fitting:
+        return []
+    req = result.request
+    if result.layouts or memory_only(result.rejections):
+        return [c for c in (gpus_needed(req),) if c]
+    return counts_that_fit(req) if count_can_help(result.rejections) else []

@@ -70,7 +70,7 @@ class MetadataSection(_Plain):
 
 def _without_torch_prefix(value: Any) -> Any:
     # `torch.bfloat16` names the same dtype as `bfloat16` (trainer.model_checks.dtype_name strips it too).
-    return value[len("torch."):] if isinstance(value, str) and value.startswith("torch.") else value
+    return value.removeprefix("torch.") if isinstance(value, str) else value
 
 
 class ModelSection(_Target):

@@ -1,9 +1,10 @@
 """Torch-free checks of the ``model`` and ``peft`` sections, shared by the pre-flight and the workers.
 
-The pre-flight (trainer/launch.py) runs them before any process starts, so a misspelt
-``model.dtype``, ``model.kernels`` or model name stops the launcher with one message instead
-of every worker failing after importing torch; the model builder (trainer/recipes/model_io.py)
-applies the same rules, so the two never disagree.
+The pre-flight (trainer/launch.py) runs them before any process starts, so an unknown loader key,
+attention implementation or model name stops the launcher with one message instead of every worker
+failing after importing torch; the model builder (trainer/recipes/model_io.py) applies the same
+rules, so the two never disagree. ``model.dtype`` and ``model.kernels`` are typed by the schema
+(trainer/config.py), which every config passes first.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from trainer.model_settings import ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, LINEAR_MODULES
+from trainer.model_settings import ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -34,13 +35,8 @@ def check_default_loader_kwargs(kwargs: Mapping[str, Any]) -> None:
 
 
 def check_model_section(section: Any) -> None:
-    """``model.dtype``, ``model.kernels`` and, for the default loader, its keys and the model name."""
+    """For the default loader: its keys, the attention implementation and the model name."""
     kwargs = section.kwargs()
-    if "dtype" in kwargs:
-        dtype_name(kwargs["dtype"])
-    kernels = kwargs.get("kernels", "auto")
-    if kernels not in KERNEL_SETTINGS:
-        raise ConfigError(f"model.kernels: {kernels!r} is not one of {', '.join(KERNEL_SETTINGS)}")
     if section.target is not None:
         return  # a custom builder reads its own keys and interprets the name itself
     check_default_loader_kwargs(kwargs)
