@@ -27,6 +27,7 @@ from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
 from service.memory import GRAD_REDUCE_DTYPES, MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split
+from service.rules.sizes import divisors
 from service.steptime import StepTime, StepTimeModel
 from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
@@ -243,11 +244,6 @@ class Plan:
 # ---------------------------------------------------------------- search space
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
 def _allowed(engine: str, capability: str) -> bool:
     return engine == "megatron" or bool(CAPABILITIES.get(capability))
 
@@ -282,7 +278,7 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
     """
     req, engine = request, request.engine
     world, seq, layers = req.world_size, req.seq_length, shape.layers
-    world_divisors = _divisors(world)
+    world_divisors = divisors(world)
     tp_cap = max(req.hardware.nvlink_domain, req.gpus_per_node)
     tps = [t for t in world_divisors if t <= tp_cap] if _allowed(engine, "tensor_parallel") else [1]
     pps = [p for p in world_divisors if p <= layers] if _allowed(engine, "pipeline_parallel") else [1]
@@ -294,7 +290,7 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
             cp *= 2
     eps = [1]
     if shape.is_moe and _allowed(engine, "expert_parallel"):
-        eps = [e for e in _divisors(shape.experts) if world % e == 0]
+        eps = [e for e in divisors(shape.experts) if world % e == 0]
     use_vp = _allowed(engine, "virtual_pipeline")
     use_sp = _allowed(engine, "sequence_parallel")
     explicit = engine == "megatron" and explicit_layouts(req.model.id)
@@ -311,7 +307,7 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
                     continue
                 vps: list[Optional[int]] = [None]
                 if pp > 1 and use_vp:
-                    options = set(_divisors(math.ceil(layers / pp))) | (EXPLICIT_LAYOUT_VPS if explicit else set())
+                    options = set(divisors(math.ceil(layers / pp))) | (EXPLICIT_LAYOUT_VPS if explicit else set())
                     vps += [v for v in sorted(options) if 2 <= v <= C.MAX_VIRTUAL_PIPELINE and placeable(pp, v)]
                 for ep in eps:
                     etp = 1 if ep > 1 else tp

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from math import lcm
 from typing import Optional
 
 from recipe_index import list_hardware
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
-from service.rules.sizes import bundled, cp_sizes, divisors, larger_tp, lcm, megatron_split, tp_domain
+from service.rules.sizes import bundled, cp_sizes, divisors, larger_tp, megatron_split, tp_domain
 
 LONG_CONTEXT = 8192  # seed: "> 8K -> need CP"
 

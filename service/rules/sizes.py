@@ -10,7 +10,7 @@ runs (``trainer/capabilities.py`` for the bundled strategies; Megatron runs them
 from __future__ import annotations
 
 from functools import lru_cache
-from math import gcd
+from math import isqrt
 from typing import Optional
 
 from service.facts import Facts
@@ -21,11 +21,9 @@ CP_SIZES = (2, 4, 8)  # seed decision tree: long context -> CP 2, 4 or 8
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def lcm(a: int, b: int) -> int:
-    return a * b // gcd(a, b)
+    """The divisors of ``n``, ascending."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 @lru_cache(maxsize=4096)
