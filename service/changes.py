@@ -30,6 +30,7 @@ from typing import Any, Optional
 from pydantic import BaseModel
 
 from trainer.config import RecipeConfig
+from trainer.model_settings import DTYPES
 
 LAYERS = ("convergence", "execution", "benchmark-only")
 MISSING = "<absent>"
@@ -185,6 +186,18 @@ def _has_section(flat: dict[str, Any], section: str) -> bool:
     return flat.get(section) is not None or any(k.startswith(section + ".") for k in flat)
 
 
+def _canonical_dtype(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    name = value.removeprefix("torch.")
+    return DTYPES.get(name, name)
+
+
+# Keys with several spellings of one value, as the trainer reads them: `torch.bfloat16`, `bfloat16`
+# and `bf16` are one model.dtype (trainer.model_settings.DTYPES).
+_CANONICAL = {"model.dtype": _canonical_dtype}
+
+
 def _effective(flat: dict[str, Any], key: str) -> Any:
     """The value the trainer reads for ``key``: the config's own, else the schema default."""
     if key not in flat and any(k.startswith(key + ".") for k in flat):
@@ -194,7 +207,7 @@ def _effective(flat: dict[str, Any], key: str) -> Any:
     # `step_scheduler: null` configures nothing, like `{}`; `peft: null` is already its default.
     if value is MISSING or (value is None and default == {}):
         return default
-    return value
+    return _CANONICAL.get(key, lambda v: v)(value)
 
 
 def diff(base: dict, new: dict) -> list[Change]:

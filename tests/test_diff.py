@@ -161,6 +161,14 @@ def test_a_key_left_at_its_schema_default_is_no_change():
     assert moved == {"step_scheduler.global_batch_size": "convergence", "step_scheduler.local_batch_size": "convergence"}
 
 
+def test_spellings_of_one_dtype_are_no_change():
+    # torch.bfloat16, bfloat16 and bf16 are one model.dtype to the trainer (trainer.model_settings.DTYPES).
+    assert diff({"model": {"dtype": "bfloat16"}}, {"model": {"dtype": "torch.bfloat16"}}) == []
+    assert diff({"model": {"dtype": "bf16"}}, {"model": {"dtype": "bfloat16"}}) == []
+    assert layers_between({"model": {"dtype": "bf16"}}, {"model": {"dtype": "torch.float32"}}) == {
+        "model.dtype": "convergence"}
+
+
 def test_empty_or_null_sections_equal_absent_ones():
     assert diff({"peft": None, "step_scheduler": {}}, {}) == []
     assert diff({}, {"step_scheduler": None, "validation_dataset": None}) == []

@@ -97,6 +97,21 @@ def test_adapter_files_have_peft_layout_and_load_back(tmp_path: Path) -> None:
     assert lora_state_dict(fresh).keys() == tensors.keys()
 
 
+def test_all_linear_targets_every_linear_but_the_head_and_peft_loads_it(tmp_path: Path) -> None:
+    model = apply_lora(base_model("llama3"), rank=4, alpha=8.0, target_modules="all-linear")
+    wrapped = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+    assert wrapped == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    base = base_model("llama3")
+    save_hf_model(base.state_dict(), base.config, tmp_path / "base")
+    save_adapter(model, tmp_path / "adapter", base_model_name_or_path=str(tmp_path / "base"), rank=4, alpha=8.0,
+                 dropout=0.0, target_modules="all-linear")
+    assert json.loads((tmp_path / "adapter" / ADAPTER_CONFIG).read_text())["target_modules"] == "all-linear"
+    hf_lora = peft.PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base"),
+                                             tmp_path / "adapter")
+    hf_wrapped = {n.rsplit(".", 1)[-1] for n, m in hf_lora.named_modules() if hasattr(m, "lora_A")}
+    assert hf_wrapped == wrapped
+
+
 def test_peft_library_loads_the_adapter_onto_transformers(tmp_path: Path) -> None:
     """transformers base + peft.PeftModel.from_pretrained(our adapter) gives our logits."""
     model = trained_lora_model("llama3")

@@ -158,6 +158,8 @@ def _config(tmp_path: Path, **changes) -> Path:
     ({"model__pretrained_model_name_or_path": "nope"}, 2,
      "model.pretrained_model_name_or_path: 'nope' is not a local folder or config.json, not a bundled model"),
     ({"peft": {"target_modules": ["nope"]}}, 2, "peft.target_modules: ['nope'] matches no linear layer"),
+    # a bare string other than all-linear is a typo for a list, not a module name
+    ({"peft": {"target_modules": "q_proj"}}, 2, "peft.target_modules: Input should be a list of module names (q_proj, v_proj, ...) or 'all-linear' (got 'q_proj')"),
     ({"precision": "fp8"}, 2, "precision: fp8 runs torchao float8 GEMMs on CUDA GPUs"),
 ])
 def test_preflight_refuses_bad_configs_naming_the_key(tmp_path, monkeypatch, changes, world, needle):
@@ -167,6 +169,12 @@ def test_preflight_refuses_bad_configs_naming_the_key(tmp_path, monkeypatch, cha
         preflight(cfg, world)
     assert needle in str(err.value)
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_preflight_takes_all_linear_targets(tmp_path):
+    _, cfg = load_config(str(_config(tmp_path, peft={"target_modules": "all-linear"})), [])
+    preflight(cfg, 2)
+    assert cfg.peft.target_modules == "all-linear"
 
 
 @pytest.mark.parametrize("path", sorted(BUNDLED.glob("*.yaml")), ids=lambda p: p.name)

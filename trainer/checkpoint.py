@@ -140,13 +140,18 @@ def check_writable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> No
 
 # ----------------------------------------------------------------------------- compatibility
 
+def _targets(target_modules: Any) -> Any:
+    # A list in any order names the same modules; "all-linear" is one setting, not its letters.
+    return target_modules if isinstance(target_modules, str) else sorted(target_modules or [])
+
+
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:
     """The architecture fields that decide whether weights fit, plus the PEFT setup (it changes the format)."""
     sig = {name: getattr(model_config, name, None) for name in SIGNATURE_FIELDS}
     if peft:
         sig["peft"] = {"method": peft.get("method", "lora"), "rank": peft.get("rank"),
                        "alpha": float(peft.get("alpha", 0.0)),
-                       "target_modules": sorted(peft.get("target_modules") or [])}
+                       "target_modules": _targets(peft.get("target_modules"))}
     else:
         sig["peft"] = None
     return sig

@@ -15,9 +15,11 @@ import math
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidatorFunctionWrapHandler, WithJsonSchema,
+                      WrapValidator, model_validator)
+from pydantic_core import PydanticCustomError
 
-from trainer.model_settings import DTYPES, KERNEL_SETTINGS
+from trainer.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS
 
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
@@ -66,6 +68,21 @@ class MetadataSection(_Plain):
     # Rule codes of inconsistencies the upstream recipe ships with, kept as shipped so the
     # index mirrors Bridge; validate reports them as warnings marked "known upstream issue".
     known_issues: list[str] = Field(default_factory=list)
+
+
+def _module_names_or_all_linear(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # "all-linear" passes as the string; anything else is validated as list[str], so that a bad
+    # element is reported at its own index (peft.target_modules[1]) rather than once per union member.
+    if value == ALL_LINEAR:
+        return value
+    if isinstance(value, str):
+        raise PydanticCustomError("target_modules", "Input should be a list of module names (q_proj, v_proj, ...) "
+                                  f"or '{ALL_LINEAR}'")
+    return handler(value)
+
+
+TargetModules = Annotated[list[str], WrapValidator(_module_names_or_all_linear),
+                          WithJsonSchema({"oneOf": [{"const": ALL_LINEAR}, {"type": "array", "items": {"type": "string"}}]})]
 
 
 def _without_torch_prefix(value: Any) -> Any:
@@ -222,7 +239,8 @@ class PeftSection(_Plain):
     rank: int = Field(strict=True, default=8, ge=1)
     alpha: float = Field(default=16.0, gt=0.0)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(
+    # Module-name suffixes, or "all-linear" (every linear but the LM head), as Hugging Face PEFT spells it.
+    target_modules: TargetModules = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     merge_on_save: bool = False

@@ -10,9 +10,9 @@ rules, so the two never disagree. ``model.dtype`` and ``model.kernels`` are type
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
-from trainer.model_settings import ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
+from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -79,10 +79,11 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
-def check_peft_targets(target_modules: Sequence[str], *, default_loader: bool) -> None:
+def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool) -> None:
     """On the bundled decoder, ``peft.target_modules`` must name at least one of its linears
-    (trainer.peft.apply_lora matches module-name suffixes and refuses a list that matches none)."""
-    if not default_loader:
+    (trainer.peft.apply_lora matches module-name suffixes and refuses a list that matches none);
+    "all-linear" always does."""
+    if not default_loader or target_modules == ALL_LINEAR:
         return
     if not any(str(t).rsplit(".", 1)[-1] in LINEAR_MODULES for t in target_modules):
         raise ConfigError(

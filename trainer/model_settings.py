@@ -14,3 +14,5 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 # Leaf names of the decoder's nn.Linear modules (trainer/models/decoder.py): what `peft.target_modules`
 # can name on the bundled decoder.
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+# `peft.target_modules: all-linear`: every linear but the LM head (Hugging Face PEFT's spelling).
+ALL_LINEAR = "all-linear"

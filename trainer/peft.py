@@ -23,13 +23,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.model_settings import ALL_LINEAR
 from trainer.models.builder import (DEFAULT_SEED, assign_full_tensor, clean_fqn, initial_value, is_meta, skip_init,
                                     unwrap_model)
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 PEFT_PREFIX = "base_model.model."
-ALL_LINEAR = "all-linear"
 
 
 class LoRALinear(nn.Linear):

@@ -81,7 +81,7 @@ def apply_peft(model: nn.Module, section) -> nn.Module:
 
     try:
         return apply_lora(model, rank=section.rank, alpha=section.alpha, dropout=section.dropout,
-                          target_modules=list(section.target_modules))
+                          target_modules=section.target_modules)
     except ValueError as exc:  # its messages name the peft key
         raise ConfigError(str(exc)) from None
 
