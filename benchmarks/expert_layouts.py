@@ -182,12 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-hardware", action="store_true", help="print the per-hardware Markdown summary")
     parser.add_argument("--carried", action="store_true",
                         help="list the misses whose layout a sibling recipe (other hardware or size) shares")
+    parser.add_argument("--records", type=Path, metavar="JSON",
+                        help="score these records instead of the reference's benchmark recipes (same keys as "
+                             "mbridge_recipes.json; e.g. benchmarks/data/heldout_expert_layouts.json, the held-out "
+                             "layouts of other public sources; records marked in_reference are left out)")
     parser.add_argument("--recipe-grad-reduce", action="store_true",
                         help="plan with the recipes' own bf16 gradient reduce (grad_reduce_in_fp32=False), "
                              "not the default fp32")
     args = parser.parse_args(argv)
-    records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
-    bench = [r for r in records if r["kind"] == "perf_benchmark"]
+    if args.records:
+        bench = [r for r in json.loads(args.records.read_text()) if not r.get("in_reference")
+                 and not r.get("superseded_by")]
+    else:
+        records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
+        bench = [r for r in records if r["kind"] == "perf_benchmark"]
     started = time.perf_counter()
     results = evaluate(bench, "bf16" if args.recipe_grad_reduce else "fp32")
     s = summary(results)
