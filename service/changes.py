@@ -37,7 +37,8 @@ MISSING = "<absent>"
 
 # Never execution-only (seed): these win over the section a key sits in.
 _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capacity|router|aux_loss|z_loss|"
-                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|grad_reduce", re.IGNORECASE)
+                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|grad_reduce_dtype|grad_reduce_in_fp32",
+                               re.IGNORECASE)
 # Shortcuts that make a run a benchmark only.
 _BENCHMARK_WORDS = re.compile(r"force_load_balanc|check_for_nan|nan_check|check_for_spiky|rerun_state_machine|"
                               r"timing|profil|exit_interval|skip_train|benchmark", re.IGNORECASE)
@@ -53,7 +54,7 @@ _CONVERGENCE_METADATA = {
 # Knobs of the hardware mapping.
 _EXECUTION_WORDS = re.compile(r"dispatcher|deepep|hybridep|flex|overlap|cuda_graph|attention_backend|"
                               r"attn_implementation|offload|recompute|num_workers|pin_memory|prefetch|bucket|"
-                              r"async_save|ckpt_format|backend", re.IGNORECASE)
+                              r"async_save|ckpt_format|backend|manual_gc", re.IGNORECASE)
 # Section (or dotted prefix) -> layer, longest prefix first.
 _SECTION_LAYER = (
     # The bundled trainer's fast paths (trainer/fast_paths.py): same math, other kernels; they change
@@ -75,6 +76,9 @@ _SECTION_LAYER = (
     ("compile", "execution"),
     ("checkpoint", "execution"),
     ("metadata", "execution"),
+    # What is logged, and whether LoRA is saved merged: the trained weights are the same.
+    ("logger", "execution"),
+    ("peft.merge_on_save", "execution"),
     ("validation_dataset", "convergence"),
     ("dataset", "convergence"),
     ("model", "convergence"),

@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         for f in rec.findings:
             if f.severity == "error":
-                where = f"{config_path}:{f.line}" if f.line else config_path
-                print(f"{where}: {f.code} error: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""), file=sys.stderr)
+                where = f"line {f.line} of the config" if f.line else "the config"
+                print(f"{f.key or where}: {f.code} error: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""), file=sys.stderr)
         cause = "the overrides make the config invalid" if overrides else "the advised config does not validate"
         print(f"error: {cause} ({rec.errors} error(s)); nothing written", file=sys.stderr)
         return EXIT_UNUSABLE

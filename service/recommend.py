@@ -32,6 +32,7 @@ from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_n
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
 from service.recipe_choice import choose_recipe
+from service.request_overrides import request_fields
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
 from service.yamlio import apply_overrides, load_yaml
@@ -204,6 +205,20 @@ def _fine_tuning_data(config: dict, goal: str, notes: list[str]) -> None:
                  "global batch and LR are still the pretraining recipe's, check them for fine-tuning")
 
 
+def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None:
+    """Fine-tuning starts from the model's published weights (the bundled loader's load_weights reads the
+    Hugging Face snapshot of the card's hf_id); without this it would tune a random initialisation."""
+    if _get(config, "model.load_weights") is not None or _get(config, "model._target_") is not None:
+        return
+    if not card.hf_id:
+        notes.append(f"{card.id} has no published weights: fine-tuning starts from the trainer's deterministic "
+                     "initialisation; point model.pretrained_model_name_or_path at a checkpoint folder")
+        return
+    _set(config, "model.load_weights", True)
+    notes.append(f"model.load_weights: true: fine-tuning starts from {card.hf_id}'s weights, read from the "
+                 "Hugging Face cache (download them first where HF_HUB_OFFLINE is set)")
+
+
 def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str]) -> None:
     """The contract recipe's LR and step count on a bundled stand-in recipe (tuned for a tiny model):
     the schedule keeps its shape (min LR in proportion to the LR, warmup and intervals to the steps)."""
@@ -245,6 +260,8 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         config["peft"] = dict(LORA[engine])
     if goal != "peft":
         config.pop("peft", None)
+    if engine == "bundled" and goal != "pretrain":
+        _pretrained_weights(config, card, notes)
     _fine_tuning_data(config, goal, notes)
     if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:  # a stand-in recipe
         _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe", notes)
@@ -278,11 +295,15 @@ def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:
     return default if value is None else value
 
 
-def _bundled_precision(precision: str, hardware, notes: list[str]) -> str:
-    """The precision the bundled trainer trains in on this hardware, saying why when it differs."""
+def _bundled_precision(precision: str, hardware, notes: list[str], *, asked: bool = False) -> str:
+    """The precision the bundled trainer trains in on this hardware, saying why when it differs from the
+    recipe's; a precision the user asked for (``asked``) is refused instead, as the planner refuses it."""
     if not supports_precision(precision, hardware.arch):
         why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if precision == "fp8"
                else f"it has no {precision} kernels")
+        if asked:
+            raise PlanError(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}",
+                            field="precision", fix="use --precision bf16, or --engine megatron")
         notes.append(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}; precision "
                      f"{precision} -> bf16 (a convergence change)")
         return "bf16"
@@ -309,7 +330,7 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
     """The plan request: what the user gave, the contract's values for the rest."""
     prec = precision or contract.get("precision") or "bf16"
     if engine == "bundled":
-        prec = _bundled_precision(prec, hardware, notes)
+        prec = _bundled_precision(prec, hardware, notes, asked=precision is not None)
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
                         seq_length=_given(seq_length, _contract_seq(card, contract)),
                         global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")),
@@ -322,7 +343,13 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
               config_path: str = "config.yaml", grad_reduce_dtype: Optional[str] = None) -> Recommendation:
     """The seed's decision tree end to end (see module docstring). Raises UnknownModelError /
     UnknownHardwareError for unknown names, PlanError for unusable values and Impossible when no
-    layout on the given GPUs serves the request."""
+    layout on the given GPUs serves the request. Overrides of keys a request field sets (the sequence
+    length, global batch, precision, GPU type) are that field (service.request_overrides)."""
+    lifted = request_fields(overrides or [], {"gpu_type": gpu_type, "seq_length": seq_length, "precision": precision,
+                                              "global_batch_size": global_batch_size,
+                                              "grad_reduce_dtype": grad_reduce_dtype})
+    gpu_type, seq_length, precision = lifted["gpu_type"], lifted["seq_length"], lifted["precision"]
+    global_batch_size, grad_reduce_dtype = lifted["global_batch_size"], lifted["grad_reduce_dtype"]
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     probe = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine)
@@ -351,7 +378,7 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
                      + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     if result.best is None:
         raise _impossible(result, request)
-    best = _choose(result)
+    best = result.best  # the planner's ranking is the one ranking: plan's #1 is what recommend applies
     base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract)
     text = _dump(config, recipe, notes)
     report = validate_text(text, config_path)
@@ -415,19 +442,6 @@ def _impossible(result: Plan, request) -> PlanError:
                       f"{request.global_batch_size}) does not fit on {request.world_size} x {hw.name} at any layout: "
                       f"{why}. {need} ({request.engine} engine).", gpus_needed=needed, field="gpus",
                       fix=f"request {gpus_option(needed, request)}" if needed else "use a GPU type with more memory")
-
-
-def _choose(result: Plan) -> PlannedLayout:
-    """The best layout, or a near-equal one (within the tie tolerance) that clears the memory warning."""
-    best = result.best
-    capacity = result.request.hardware.memory_gib * C.MEMORY_WARNING_FRACTION
-    floor = best.tokens_per_s * (1 - C.ESTIMATE_TIE_TOLERANCE)
-    for row in result.fitting:
-        if row.tokens_per_s < floor:
-            break
-        if row.memory_total_gib <= capacity:
-            return row
-    return best
 
 
 def _dump(config: dict, recipe: Optional[RecipeEntry], notes: list[str]) -> str:

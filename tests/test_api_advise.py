@@ -175,7 +175,7 @@ def test_rule_rejection_is_400_naming_the_request_field(client, body, field):
 
 @pytest.mark.parametrize("overrides, code", [
     ({"optimizer._target_": "os.system"}, "RA-S001"),
-    ({"step_scheduler.global_batch_size": 7}, "RA-B001"),
+    ({"step_scheduler.local_batch_size": 3}, "RA-B001"),
     ({"optimizer.lr": "abc"}, "RA-C002"),
 ])
 def test_recommend_overrides_that_break_the_config_are_400_as_in_the_cli(client, overrides, code):

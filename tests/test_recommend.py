@@ -163,16 +163,21 @@ def test_megatron_configs_get_no_bundled_fast_paths(llama_16):
     assert "kernels" not in llama_16.config.get("model", {}) and "loss_fn" not in llama_16.config
 
 
-@pytest.mark.parametrize("gpu_type, kept", [("h100", True), ("a100-40gb", False), ("cpu", False)])
-def test_bundled_fp8_is_kept_where_the_trainer_runs_it(gpu_type, kept):
-    rec = recommend("tiny-llama", 2, gpu_type, engine="bundled", precision="fp8")
-    assert rec.config["precision"] == ("fp8" if kept else "bf16")
-    assert any(("torchao" in n) for n in rec.notes)  # either the extra to install or why it fell back
-    if kept:
-        assert rec.best.layout.tp == 1  # torchao float8 runs with data parallel only
-    else:
-        assert any("fp8 -> bf16" in n for n in rec.notes)
+def test_bundled_fp8_is_kept_where_the_trainer_runs_it():
+    rec = recommend("tiny-llama", 2, "h100", engine="bundled", precision="fp8")
+    assert rec.config["precision"] == "fp8"
+    assert any(("torchao" in n) for n in rec.notes)  # the extra to install
+    assert rec.best.layout.tp == 1  # torchao float8 runs with data parallel only
     assert not [f for f in rec.findings if f.severity == "error"]
+
+
+@pytest.mark.parametrize("gpu_type, precision", [("a100-40gb", "fp8"), ("cpu", "fp8"), ("b200", "nvfp4")])
+def test_bundled_refuses_a_precision_asked_for_that_it_cannot_train_in(gpu_type, precision):
+    # bughunt s6 #4: it used to train in bf16 with a note and exit 0, while the megatron engine and
+    # `plan` refuse the same request naming --precision.
+    with pytest.raises(PlanError) as err:
+        recommend("tiny-llama", 2, gpu_type, engine="bundled", precision=precision)
+    assert err.value.field == "precision" and "--engine megatron" in err.value.fix
 
 
 # ------------------------------------------------------- the Megatron Bridge command runs the config's experiment
@@ -284,7 +289,8 @@ def test_overrides_that_break_the_config_exit_2_and_write_nothing(tmp_path, caps
     assert main(["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
                  "-o", str(out), "--distributed.tp_size", "3"]) == 2
     err = capsys.readouterr().err
-    assert f"{out}:" in err and "RA-L006 error" in err and "nothing written" in err
+    # keyed, not located in the file that was not written (bughunt s6 #9c)
+    assert "distributed.tp_size: RA-L006 error" in err and "nothing written" in err and str(out) not in err
     assert not out.exists()
 
 

@@ -1,0 +1,112 @@
+"""Bug hunt s6 (#2, #3, #6, #9c, #9d): recommend's overrides, weights, ranking, flags; diff layers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.changes import classify, diff
+from service.cli import main
+from service.planner import make_request, plan
+from service.recommend import recommend
+from service.yamlio import OverrideError
+from recipe_index import get_hardware, resolve_model
+from trainer.dotted import get_dotted
+
+
+def _plan_matches_config(rec) -> None:
+    """The layout shown is the layout of the config written: batch math and sequence agree."""
+    row, req = rec.best, rec.plan.request
+    gbs = get_dotted(rec.config, "step_scheduler.global_batch_size")
+    assert req.global_batch_size == gbs
+    assert row.layout.micro_batch_size * row.dp * row.grad_accumulation_steps == gbs
+    assert req.seq_length == get_dotted(rec.config, "dataset.seq_length")
+    assert rec.config["hardware"]["gpu_type"] == req.hardware.name
+
+
+@pytest.mark.parametrize("override, field, value", [
+    ("--dataset.seq_length=32768", "seq_length", 32768),
+    ("--step_scheduler.global_batch_size=64", "global_batch_size", 64),
+    ("--precision=fp8", "precision", "fp8"),
+])
+def test_overrides_of_request_keys_are_planned(override, field, value):
+    # bughunt s6 #2: the plan, estimates and commands used to describe the run before the override.
+    rec = recommend("llama3-8b", 8, "h100", overrides=[override])
+    assert getattr(rec.plan.request, field) == value
+    _plan_matches_config(rec)
+    assert rec.errors == 0
+
+
+def test_an_override_that_agrees_with_the_flag_is_fine_and_one_that_contradicts_it_is_refused():
+    rec = recommend("llama3-8b", 8, "h100", seq_length=4096, overrides=["--dataset.seq_length=4096"])
+    assert rec.plan.request.seq_length == 4096
+    with pytest.raises(OverrideError, match=r"--dataset.seq_length 8192 contradicts --seq-length 4096"):
+        recommend("llama3-8b", 8, "h100", seq_length=4096, overrides=["--dataset.seq_length=8192"])
+    with pytest.raises(OverrideError, match=r"--hardware.gpu_type a100-40gb contradicts --gpu-type h100"):
+        recommend("llama3-8b", 8, "h100", overrides=["--hardware.gpu_type=a100-40gb"])
+    with pytest.raises(OverrideError, match=r"expected an integer, got 'long'"):
+        recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=long"])
+
+
+@pytest.mark.parametrize("key", ["hardware.gpus_per_node", "hardware.num_nodes"])
+def test_gpu_count_keys_are_refused_naming_the_flags(key, capsys):
+    assert main(["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", f"--{key}", "4"]) == 2
+    assert "set by --gpus and --nodes" in capsys.readouterr().err
+
+
+def test_http_overrides_of_request_keys_are_planned():
+    from fastapi.testclient import TestClient
+
+    from service.app import app
+
+    body = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "overrides": {"dataset.seq_length": 32768}}
+    answer = TestClient(app).post("/v1/recommend", json=body)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert get_dotted(data["config"], "dataset.seq_length") == 32768
+    assert data["layout"]["memory_gib"]["total"] < 80  # the planned layout, at 32K
+    assert TestClient(app).post("/v1/recommend", json={**body, "overrides": {"hardware.num_nodes": 2}}).status_code == 400
+
+
+def test_a_mistyped_flag_is_named_not_located_in_an_unwritten_file(tmp_path, capsys):
+    out = tmp_path / "c.yaml"
+    code = main(["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "-o", str(out),
+                 "--override", "optimizer.lr=1e-4"])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "--override: not an option and not a config section" in err and str(out) not in err
+
+
+def test_bundled_fine_tuning_starts_from_the_published_weights():
+    # bughunt s6 #3: LoRA and SFT used to train a randomly initialised model.
+    for goal in ("sft", "peft"):
+        rec = recommend("llama3-8b", 8, "h100", engine="bundled", goal=goal)
+        assert rec.config["model"]["load_weights"] is True
+        assert any("meta-llama/Meta-Llama-3-8B's weights" in n for n in rec.notes)
+    pretrain = recommend("llama3-8b", 8, "h100", engine="bundled")
+    assert "load_weights" not in pretrain.config["model"]
+    tiny = recommend("tiny-llama", 2, "cpu", engine="bundled", goal="sft")
+    assert "load_weights" not in tiny.config["model"]
+    assert any("no published weights" in n for n in tiny.notes)
+
+
+@pytest.mark.parametrize("model, gpus, gpu_type, goal, seq", [
+    ("nemotronh-8b", 16, "a100-40gb", "peft", None),
+    ("deepseek-v3", 128, "b200", "pretrain", 4096),
+])
+def test_recommend_applies_the_plans_first_layout(model, gpus, gpu_type, goal, seq):
+    # bughunt s6 #6: recommend re-picked for memory headroom, so `plan` and `recommend` named two bests.
+    rec = recommend(model, gpus, gpu_type, goal=goal, seq_length=seq)
+    again = plan(rec.plan.request)
+    assert rec.best.layout == again.best.layout and rec.best.sharding == again.best.sharding
+
+
+def test_overlap_merge_and_logging_are_execution_but_the_reduce_dtype_is_not():
+    assert classify("distributed.overlap_grad_reduce", False, True)[0] == "execution"
+    assert classify("peft.merge_on_save", False, True)[0] == "execution"
+    assert classify("logger.log_interval", 1, 10)[0] == "execution"
+    assert classify("train.manual_gc", False, True)[0] == "execution"
+    assert classify("distributed.grad_reduce_dtype", "fp32", "bf16")[0] == "convergence"
+    assert classify("ddp.grad_reduce_in_fp32", True, False)[0] == "convergence"
+    assert [c.layer for c in diff({"peft": {"rank": 8}}, {"peft": {"rank": 8, "merge_on_save": True}})] == ["execution"]
