@@ -417,3 +417,24 @@ def test_ddp_with_tensor_parallel_is_refused_as_the_trainer_refuses_it(models):
     report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")
     [finding] = [f for f in report.findings if f.code == "RA-E001"]
     assert finding.key == "distributed.tp_size" and "fsdp2" in finding.fix
+
+
+def test_megatron_fsdp_shards_the_weights_so_no_whole_copy_is_kept(models):
+    # Found scoring held-out expert layouts (benchmarks/README.md): Llama 3.1 70B at TP1 PP1 with
+    # Megatron-FSDP on 64 H100 was refused by RA-M001 as if every GPU kept the whole model, in validate
+    # and in the planner, which then never offered the layout the experts run.
+    from recipe_index import get_hardware, resolve_model
+    from service.planner import make_request, plan
+
+    sharded = {"distributed.tp_size": 1, "distributed.sequence_parallel": False, "hardware.gpus_per_node": 8,
+               "distributed.use_megatron_fsdp": True}
+    config = base(models["big"])
+    for key, value in sharded.items():
+        set_dotted(config, key, value)
+    assert "RA-M001" not in codes(config)
+    set_dotted(config, "distributed.use_megatron_fsdp", False)
+    assert "RA-M001" in codes(config)  # the distributed optimizer keeps whole weights per GPU
+    req = make_request(resolve_model("llama31-70b"), 64, get_hardware("h100").name, seq_length=8192,
+                       global_batch_size=128, precision="fp8", engine="megatron")
+    flat = [row for row in plan(req).fitting if (row.layout.tp, row.layout.pp) == (1, 1)]
+    assert flat and all(row.sharding == "full" for row in flat)

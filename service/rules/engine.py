@@ -83,14 +83,24 @@ def _weight_bytes(f: Facts) -> Optional[float]:
     return total * bytes_per
 
 
+def _weights_shard_over_dp(f: Facts) -> bool:
+    """FSDP2, and Megatron-FSDP: as the config sets it (validate), or as the planner may choose it for
+    this layout (not for PEFT: Bridge's PEFT recipes keep the frozen base replicated)."""
+    if f.dp <= 1:
+        return False
+    if f.strategy == "fsdp2":
+        return True
+    return f.strategy == "megatron" and (f.extra.get("sharding") == "full" or (f.extra.get("planner", False)
+                                                                              and not f.peft))
+
+
 @layout_rule("RA-M001", "error", "distributed.tp_size", "a whole model on one GPU must fit its weights",
              "weights alone: params x bytes per param must be below the GPU's memory")
 def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
     lay, hw = f.layout, f.hardware
     if f.model is None or hw is None:
         return None
-    sharded = lay.tp * lay.pp * lay.ep * lay.cp > 1 or (f.strategy == "fsdp2" and f.dp > 1)
-    if sharded:
+    if lay.tp * lay.pp * lay.ep * lay.cp > 1 or _weights_shard_over_dp(f):
         return None
     weights = _weight_bytes(f)
     if weights is None or weights <= hw.memory_gib * GIB:
