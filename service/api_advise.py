@@ -155,7 +155,9 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
             overrides=overrides_argv(overrides), config_path=config_path,
         )
     except OverrideError as err:
-        raise client_error(400, f"override: {err}", "overrides") from None
+        message = str(err)  # the shared override parser already says "override --key: ..."
+        raise client_error(400, message if message.startswith("override") else f"override {message}",
+                           "overrides") from None
     if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         found = "; ".join(f"{f.code} at {f.key or 'the config'}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
                           for f in rec.findings if f.severity == "error")

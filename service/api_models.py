@@ -2,7 +2,10 @@
 
 Every field carries a description and an example so that /docs reads as the
 reference. Request bodies forbid unknown keys, so a typo (``gpu-type`` for
-``gpu_type``) is a 422 naming the key instead of a silently ignored field.
+``gpu_type``) is a 422 naming the key instead of a silently ignored field, and
+are strict about types: ``"gpus": "8"``, ``true`` or ``8.5`` is a 422 naming
+``gpus``, not a value pydantic's lax mode converts (the web form, whose values
+are all text, validates the same model in lax mode).
 Bodies mirror the CLI flags (DESIGN.md, "HTTP"); responses mirror the CLI's
 JSON output, so one parser serves both.
 """
@@ -13,10 +16,13 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from service.planner import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LENGTH
+
 SEVERITY = Literal["error", "warning", "info"]
 GOAL = Literal["pretrain", "sft", "peft"]
 ENGINE = Literal["bundled", "megatron"]
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4"]
+GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 LAYER = Literal["convergence", "execution", "benchmark-only"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
 
@@ -30,7 +36,7 @@ MAX_TOP = 20
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
 
 
 class _Response(BaseModel):
@@ -234,6 +240,14 @@ class HardwareOut(_Response):
 # ---------------------------------------------------------------- plan
 
 
+def _fallback(by_goal: dict[str, int]) -> str:
+    """The planner's per-goal default in words: `4096 for pretrain, 2048 for sft/peft`."""
+    goals: dict[int, list[str]] = {}
+    for goal, value in by_goal.items():
+        goals.setdefault(value, []).append(goal)
+    return ", ".join(f"{value} for {'/'.join(names)}" for value, names in goals.items())
+
+
 class PlanBody(_Request):
     """What to plan for; the fields of `recipe-advisor plan`."""
 
@@ -261,20 +275,24 @@ class PlanBody(_Request):
         default=None,
         ge=1,
         le=MAX_SEQ_LENGTH,
-        description="Tokens per sequence; default: 4096 for pretrain, 2048 for sft/peft (capped by the model's context).",
+        description="Tokens per sequence; default: the recipe's, that is the base recipe `recommend` picks for "
+        "this model, goal and hardware (llama3-8b pretrain: 8192). Only where the index has no recipe: "
+        f"{_fallback(DEFAULT_SEQ_LENGTH)}, capped by the model's context.",
         examples=[8192],
     )
     global_batch_size: Optional[int] = Field(
         default=None,
         ge=1,
         le=MAX_GLOBAL_BATCH,
-        description="Sequences per optimizer step; default: the recipe's (32 pretrain, 128 sft/peft).",
+        description="Sequences per optimizer step; default: the recipe's, that is the base recipe `recommend` "
+        f"picks (llama3-8b pretrain: 512). Only where the index has no recipe: {_fallback(DEFAULT_GLOBAL_BATCH)}.",
         examples=[128],
     )
     precision: Optional[PRECISION] = Field(
-        default=None, description="Training precision; default: the recipe's (bf16).", examples=["bf16"]
+        default=None, description="Training precision; default: the base recipe's (bf16 where it names none).",
+        examples=["bf16"]
     )
-    grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = Field(
+    grad_reduce_dtype: Optional[GRAD_REDUCE_DTYPE] = Field(
         default=None,
         description="Dtype gradients are reduced and (Megatron) buffered in; default: the base recipe's, "
         "fp32 for the library and bundled recipes recommend starts from (Bridge's benchmark recipes state bf16).",

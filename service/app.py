@@ -8,13 +8,15 @@ Error policy (DESIGN.md, "HTTP"): bad input is a 4xx naming the field, the
 reason and the fix; nothing a client sends yields a 500 or a traceback.
 - 422: body or query of the wrong shape (FastAPI's validation error, `loc` names the field)
 - 404: unknown model, GPU type or recipe, with the closest known names
-- 400: a YAML document that cannot be read as a config (syntax, alias bomb, depth, binary)
+- 400: a YAML document that cannot be read as a config (syntax, alias bomb, depth, binary, an
+  integer beyond 64 bits), or a JSON body that cannot be read (a number over Python's 4,300 digits)
 - 413: a body over 1 MiB
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from importlib import metadata, resources
 
 from fastapi import FastAPI, Request
@@ -38,8 +40,9 @@ Pick, size and validate LLM training recipes before you spend GPU hours.
 * **POST /v1/diff**: every key that differs between two configs, as convergence, execution or benchmark-only.
 * **GET /v1/recipes**, **/v1/models**, **/v1/hardware**: browse the bundled index.
 
-Errors: 422 names the field; 404 lists the closest known names; 400 is a YAML document that
-cannot be read; 413 is a body over 1 MiB. Every error body except 422 is `ErrorResponse`.
+Errors: 422 names the field (a wrong type too: `"gpus": "8"` is refused); 404 lists the closest
+known names; 400 is a YAML document or a JSON body that cannot be read; 413 is a body over 1 MiB.
+Every error body except 422 is `ErrorResponse`.
 """
 
 TAGS = [
@@ -64,6 +67,20 @@ def _error(status: int, detail: str, field: str | None = None, suggestions: list
     return JSONResponse(
         status_code=status, content={"detail": detail, "field": field, "suggestions": list(suggestions or [])}
     )
+
+
+BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's detail when json.loads fails on a body
+
+
+def unreadable_body(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a JSON body, for the causes json.loads raises besides a syntax error
+    (a syntax error is FastAPI's own 422 `json_invalid`, with the position)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the JSON body is not UTF-8 text (byte {cause.start}); fix: send the body encoded as UTF-8"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return (f"the JSON body holds a number too large to read (over {sys.get_int_max_str_digits():,} digits); "
+                'fix: send counts and sizes as ordinary numbers, e.g. "gpus": 8')
+    return "the JSON body could not be read; fix: send one JSON object, encoded as UTF-8"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -95,8 +112,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.detail, dict):
             return JSONResponse(status_code=exc.status_code, content=exc.detail, headers=exc.headers)
-        field = "body" if exc.status_code == 413 else None
-        response = _error(exc.status_code, str(exc.detail), field)
+        detail, field = str(exc.detail), "body" if exc.status_code == 413 else None
+        if exc.status_code == 400 and detail == BODY_PARSE_ERROR:
+            detail, field = unreadable_body(exc.__cause__), "body"
+        response = _error(exc.status_code, detail, field)
         if exc.headers:
             response.headers.update(exc.headers)
         return response

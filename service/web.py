@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field as dataclass_field
 from importlib import resources
-from typing import Any, Optional
+from typing import Any, Optional, get_args
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -49,6 +49,7 @@ templates = Jinja2Templates(env=_env)
 GOALS = [("pretrain", "Pretrain"), ("sft", "Supervised fine-tuning (SFT)"), ("peft", "LoRA fine-tuning (PEFT)")]
 ENGINES = [("megatron", "Megatron Bridge"), ("bundled", "Bundled trainer (torchrun)")]
 PRECISIONS = ["bf16", "fp8", "nvfp4", "fp16", "fp32"]
+GRAD_REDUCE_DTYPES = list(get_args(m.GRAD_REDUCE_DTYPE))
 
 
 @dataclass
@@ -182,6 +183,7 @@ def form_defaults(query: Any) -> dict:
         "seq_length": str(query.get("seq_length", "") or ""),
         "engine": str(query.get("engine", "megatron") or "megatron"),
         "precision": str(query.get("precision", "") or ""),
+        "grad_reduce_dtype": str(query.get("grad_reduce_dtype", "") or ""),  # blank: the recipe's
     }
 
 
@@ -194,6 +196,7 @@ def _form_context(form: dict) -> dict:
         "goals": GOALS,
         "engines": ENGINES,
         "precisions": PRECISIONS,
+        "grad_reduce_dtypes": GRAD_REDUCE_DTYPES,
         "limits": {"gpus": m.MAX_GPUS, "nodes": m.MAX_NODES, "seq_length": m.MAX_SEQ_LENGTH},
     }
 
@@ -205,14 +208,24 @@ def index_page(request: Request) -> HTMLResponse:
 
 # ------------------------------------------------------------------ recommend result
 
-FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engine", "precision")
+FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engine", "precision",
+               "grad_reduce_dtype")
+
+
+def _unknown_parameters(query: Any) -> list[Problem]:
+    """A Problem for each query parameter the form does not have: a misspelt or unsupported one
+    (`&global_batch=64`) would otherwise be dropped, and the page answer another request than asked."""
+    unknown = sorted({key for key in query.keys() if key not in FORM_FIELDS})
+    fields = ", ".join(FORM_FIELDS)
+    return [Problem(f"unknown parameter; the form's fields are {fields}", key[:40]) for key in unknown[:8]]
 
 
 def _form_body(form: dict) -> tuple[Optional[m.RecommendBody], list[Problem]]:
-    """The API body from the form's strings; each pydantic error becomes a Problem naming its field."""
+    """The API body from the form's strings; each pydantic error becomes a Problem naming its field.
+    Lax mode: a form's values are all text, so "8" is read as the integer the API body holds."""
     values = {k: v.strip() for k, v in form.items() if k in FORM_FIELDS and str(v).strip()}
     try:
-        return m.RecommendBody.model_validate(values), []
+        return m.RecommendBody.model_validate(values, strict=False), []
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
@@ -230,10 +243,12 @@ def download_name(body: m.RecommendBody) -> str:
 
 # The service's fixes name CLI flags and API fields ("--precision bf16 (API: precision bf16)"); the
 # page names its own fields.
-_OPTION_WORDING = re.compile(r"--(precision|engine|gpus|gpu-type|seq-length|nodes|goal) ([^\s;,)]+)"
+_OPTION_WORDING = re.compile(r"--(precision|engine|gpus|gpu-type|seq-length|nodes|goal|grad-reduce-dtype) "
+                             r"([^\s;,)]+)"
                              r"(?: \(API: [a-z_]+ [^\s)]+\))?")
 _FORM_LABELS = {"precision": "Precision", "engine": "Engine", "gpus": "GPUs", "gpu-type": "GPU type",
-                "seq-length": "Sequence length", "nodes": "Nodes", "goal": "Goal"}
+                "seq-length": "Sequence length", "nodes": "Nodes", "goal": "Goal",
+                "grad-reduce-dtype": "Gradient reduce dtype"}
 
 
 def _form_wording(text: str) -> str:
@@ -248,8 +263,9 @@ async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HT
     """(answer, error page, query string, file name) for the form's query parameters."""
     form = form_defaults(request.query_params)
     query = urlencode({k: v for k, v in form.items() if v})
-    body, problems = _form_body(form)
-    status = 422
+    problems = _unknown_parameters(request.query_params)
+    body, problems = (None, problems) if problems else _form_body(form)
+    status = 422  # as the API answers a body with an unknown key
     if body is not None:
         try:
             filename = download_name(body)

@@ -8,7 +8,9 @@ A config from a user or a pull request is data. Loading it:
 3. composes nodes with the safe loader (no python tags) and builds plain
    objects itself, counting every node it builds so an alias bomb stops at a
    fixed budget instead of exhausting memory;
-4. records ``dotted.key -> (line, column)`` (1-based) for findings.
+4. refuses integers beyond 64 bits: no config key needs one, Python cannot even print one of more
+   than 4,300 digits, and the rules multiply sizes together;
+5. records ``dotted.key -> (line, column)`` (1-based) for findings.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ ALLOWED_TAGS = frozenset(
     "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")
 )
 STR_TAG = "tag:yaml.org,2002:str"
+INT_TAG = "tag:yaml.org,2002:int"
+# Seeds are uint64 (torch.manual_seed), every count and size is far smaller. An integer written with
+# more characters than this is refused from its text, before Python converts it (digit limit, cost).
+INTEGER_LIMIT = 1 << 64
+MAX_INTEGER_CHARS = 256
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
@@ -152,6 +159,37 @@ def _stream_within_limits(text: str, path: str) -> None:
                                 fix="write the values out instead of using many *aliases")
 
 
+def _written_digits(text: str) -> int:
+    """Digits of a YAML 1.1 integer as written: no sign, radix prefix, `_` or sexagesimal `:`."""
+    body = text.lstrip("+-")
+    if body[:2].lower() in ("0x", "0b"):
+        body = body[2:]
+    return sum(ch not in "_:" for ch in body)
+
+
+def _integer(node: ScalarNode, subject: str, path: str, constructor: SafeConstructor) -> int:
+    """The value of an int-tagged scalar, or a YamlError at its position when it is beyond 64 bits."""
+    value = None
+    if len(node.value) <= MAX_INTEGER_CHARS:
+        try:
+            value = constructor.construct_object(node)
+        except ValueError:  # Python's int digit limit, should a build lower it
+            value = None
+    if value is None or abs(value) >= INTEGER_LIMIT:
+        line, col = _mark(node.start_mark)
+        raise YamlError(f"{subject} is an integer with {_written_digits(node.value):,} digits; configs hold "
+                        "small integers (counts, sizes, seeds: at most 64 bits)", path=path, line=line,
+                        column=col, fix="write the intended number (e.g. 8), or quote it if it is text")
+    return value
+
+
+def _subject(key_path: str, is_key: bool) -> str:
+    """How an error names the value it is about: the dotted key, or the mapping a bad key is in."""
+    if is_key:
+        return f"a key of `{key_path}`" if key_path else "a top-level key"
+    return f"`{key_path}`" if key_path else "the value"
+
+
 def _syntax_error(exc: yaml.YAMLError, path: str) -> YamlError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
@@ -170,7 +208,7 @@ class _Builder:
         self.duplicates: list[tuple[str, int, int]] = []
         self.scalars = SafeConstructor()
 
-    def build(self, node: Node, key_path: str = "") -> Any:
+    def build(self, node: Node, key_path: str = "", is_key: bool = False) -> Any:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             line, col = _mark(node.start_mark)
@@ -185,6 +223,8 @@ class _Builder:
                 return node.value  # dates stay the text the author wrote
             if node.tag == STR_TAG and not node.style and BARE_FLOAT.match(node.value):
                 return float(node.value)
+            if node.tag == INT_TAG:
+                return _integer(node, _subject(key_path, is_key), self.path, self.scalars)
             try:
                 return self.scalars.construct_object(node)
             except ConstructorError as exc:
@@ -211,7 +251,7 @@ class _Builder:
                         for k, v in part.items():
                             result.setdefault(k, v)
                 continue
-            key = self.build(key_node, key_path)
+            key = self.build(key_node, key_path, is_key=True)
             line, col = _mark(key_node.start_mark)
             if key is None:
                 if key_node.value:
@@ -322,11 +362,29 @@ def _coerce(raw: str) -> Any:
         node = yaml.compose(raw, Loader=_Loader)
         if node is not None:
             _check_expansion(node, "override")
+            _check_integers(node, "override")
     except yaml.YAMLError:
         pass  # not YAML: coerce_value keeps the string given
     except YamlError as err:
         raise OverrideError(f"{err.reason}; {err.fix}") from None  # parse_overrides names the flag
     return coerce_value(raw, loader=_Loader)
+
+
+def _check_integers(root: Node, path: str) -> None:
+    """Every int-tagged scalar under ``root`` within 64 bits (after ``_check_expansion`` bounded its size)."""
+    constructor, seen, stack = SafeConstructor(), set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            if node.tag == INT_TAG:
+                _integer(node, "the value", path, constructor)
+        elif isinstance(node, MappingNode):
+            stack.extend(c for pair in node.value for c in pair)
+        else:
+            stack.extend(node.value)
 
 
 def apply_overrides(data: dict, argv: list[str]) -> dict:
