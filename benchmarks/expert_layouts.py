@@ -39,6 +39,15 @@ def shared_dir() -> Path:
     return Path(env) if env else ROOT.parent / "shared"
 
 
+HELDOUT = ROOT / "benchmarks" / "data" / "heldout_expert_layouts.json"
+
+
+def scored_records(path: Path) -> list[dict]:
+    """The records of a layouts file that are really held out: not the same request as a reference
+    benchmark recipe, and not a layout a later release of the same source replaced."""
+    return [r for r in json.loads(path.read_text()) if not r.get("in_reference") and not r.get("superseded_by")]
+
+
 def expert_tuple(r: dict) -> tuple[int, int, int, int]:
     return (r["tensor_model_parallel_size"] or 1, r["pipeline_model_parallel_size"] or 1,
             r["context_parallel_size"] or 1, r["expert_model_parallel_size"] or 1)
@@ -191,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                              "not the default fp32")
     args = parser.parse_args(argv)
     if args.records:
-        bench = [r for r in json.loads(args.records.read_text()) if not r.get("in_reference")
-                 and not r.get("superseded_by")]
+        bench = scored_records(args.records)
     else:
         records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
         bench = [r for r in records if r["kind"] == "perf_benchmark"]

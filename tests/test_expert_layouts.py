@@ -33,6 +33,17 @@ def test_top1_and_top5_agreement_stay_above_the_floor(results):
     assert summary["top5_pct"] >= 84.0, summary  # target 90 %: benchmarks/README.md says what is missing
 
 
+def test_held_out_expert_layouts_stay_above_the_floor():
+    """Layouts of other public sources (NVIDIA dgxc-benchmarking, the Bridge/NeMo performance summaries:
+    H100 and B200 among them, which the reference lacks) that no constant was tuned on: a change that
+    helps the reference set by fitting it shows up here."""
+    bench = _benchmark()
+    summary = bench.summary(bench.evaluate(bench.scored_records(bench.HELDOUT)))
+    assert summary["planned"] >= 380 and summary["not_ranked"] == 0, summary
+    assert summary["top1_pct"] >= 37.0, summary  # 39.0 % in benchmarks/README.md
+    assert summary["top5_pct"] >= 72.0, summary  # 73.5 %
+
+
 def test_every_planned_expert_layout_is_ranked(results):
     _, evaluated = results
     planned = [r for r in evaluated if r["status"] == "planned"]
