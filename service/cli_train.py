@@ -1,10 +1,13 @@
 """`recipe-advisor train CONFIG [--nproc-per-node N] [--a.b v ...]`: launch the bundled trainer.
 
-Checks the config first (torch-free, the trainer's own pre-flight), so a bad config
-stops here with one message instead of N worker tracebacks; then runs
+Checks the config first (torch-free): the trainer's own pre-flight, then the rules of
+`recipe-advisor validate` over the config as it will run (file, overrides, launched world).
+A bad config stops here with one message per problem instead of N worker tracebacks or a
+run that cannot fit; validate's warnings are printed and do not stop it, and
+``--ignore-validation-errors`` launches despite its errors. Then it runs
 ``python -m torch.distributed.run --nproc-per-node N --standalone -m trainer CONFIG ...``
 in this process (``--dry-run`` prints that command). Exit codes are the trainer's:
-0 done, 2 bad config (found here or by the workers, one message), 1 failure.
+0 done, 2 bad config (found here or by the workers), 1 failure, 128+N stopped by signal N.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Optional
 
 HELP = "launch the bundled trainer via torch.distributed.run"
 LAUNCHER_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id")
+SWITCHES = ("--dry-run", "--ignore-validation-errors")
 
 
 def _whole_number(minimum: int):
@@ -49,7 +53,10 @@ def add_parser(subparsers, name: str) -> None:
     p.add_argument("--node-rank", type=_whole_number(0), help="this node's rank (multi-node)")
     p.add_argument("--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node)")
     p.add_argument("--rdzv-id", default="recipe-advisor", help="rendezvous id (multi-node)")
-    p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
+    p.add_argument("--dry-run", action="store_true", help="check the config, print the launch command and exit")
+    p.add_argument("--ignore-validation-errors", action="store_true",
+                   help="launch even when `recipe-advisor validate` finds errors in the config (e.g. an "
+                        "estimate that does not fit); they are printed as warnings")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -82,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None:
             argv += [flag, str(value)]
-    if args.dry_run:
-        argv.append("--dry-run")
+    argv += [flag for flag in SWITCHES if getattr(args, flag[2:].replace("-", "_"), False)]
     return run_argv(argv + list(getattr(args, "overrides", [])))
 
 
@@ -99,12 +105,18 @@ def run_argv(argv: list[str]) -> int:
         print("error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)", file=sys.stderr)
         return 2
     try:
-        _, cfg = load_config(args.config, overrides)
+        raw, cfg = load_config(args.config, overrides)
         nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
         preflight(cfg, nproc * nnodes)
         check_targets_exist(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    errors = report_validation(args.config, raw, cfg, overrides, gpus_per_node=nproc, num_nodes=nnodes,
+                               ignore_errors=args.ignore_validation_errors)
+    if errors:
+        print(f"error: `recipe-advisor validate` finds {errors} error(s) in this config; nothing was started. Fix "
+              "them, or pass --ignore-validation-errors to launch anyway", file=sys.stderr)
         return 2
     cmd = torchrun_command(args.config, overrides, nproc_per_node=nproc, nnodes=nnodes,
                            node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
@@ -121,6 +133,47 @@ def run_argv(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return launch(cmd[3:])
+
+
+def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_per_node: int, num_nodes: int,
+                      ignore_errors: bool = False) -> int:
+    """Print `recipe-advisor validate`'s findings for the config as it will run: the file with the
+    overrides applied, judged for the launched world (--nproc-per-node x --nnodes stand for
+    hardware.gpus_per_node and hardware.num_nodes). Each line names the rule, where the value comes
+    from (file:line or the flag), the key and the fix. Returns the number of errors that stop the
+    launch (0 with ``ignore_errors``, which prints them as warnings)."""
+    from service.validate import unusable_finding, validate_document
+    from service.yamlio import Document, YamlError, load_yaml, read_file
+    from trainer.dotted import with_dotted
+    from trainer.overrides import parse_overrides
+
+    flags = {key: f"--{key}" for key, _ in parse_overrides(overrides)}
+    launched = [("hardware.gpus_per_node", gpus_per_node, cfg.hardware.gpus_per_node, "--nproc-per-node"),
+                ("hardware.num_nodes", num_nodes, cfg.hardware.num_nodes, "--nnodes")]
+    world = [(key, value) for key, value, configured, _ in launched if value != configured]
+    flags.update({key: flag for key, value, configured, flag in launched if value != configured})
+    try:
+        as_written = load_yaml(read_file(path), path)  # for the line numbers
+        doc = Document(data=with_dotted(raw, world), positions=as_written.positions,
+                       duplicates=as_written.duplicates, path=path)
+        findings = validate_document(doc)
+    except YamlError as err:  # read by the trainer's loader, refused by validate's (its limits)
+        findings = [unusable_finding(err)]
+    errors = 0
+    for finding in findings:
+        where = next((flag for key, flag in flags.items() if finding.key and
+                      (finding.key == key or finding.key.startswith(key + "."))), None)
+        where = where or (f"{path}:{finding.line}" if finding.line else path)
+        label = f"{finding.code} ({where}" + (f", {finding.key})" if finding.key else ")")
+        fix = f"; fix: {finding.fix}" if finding.fix else ""
+        if finding.severity == "error" and not ignore_errors:
+            errors += 1
+            print(f"error: {label}: {finding.message}{fix}", file=sys.stderr)
+        elif finding.severity == "error":
+            print(f"warning: ignored error {label}: {finding.message}{fix}", file=sys.stderr)
+        elif finding.severity == "warning":
+            print(f"warning: {label}: {finding.message}{fix}", file=sys.stderr)
+    return errors
 
 
 def check_targets_exist(cfg) -> None:
@@ -154,8 +207,11 @@ def launch(torchrun_args: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    # Its "failed (exitcode: N)" and "Sending process ... closing signal" lines are replaced by the summary below.
+    # Its "failed (exitcode: N)", "Sending process ... closing signal" and "Received N death signal" lines
+    # are replaced by the one-line summaries below.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.distributed.elastic.agent.server.api").addFilter(
+        lambda record: "death signal" not in str(record.msg))
     try:
         run(parse_args(torchrun_args))
     except ChildFailedError as exc:
@@ -169,14 +225,19 @@ def launch(torchrun_args: list[str]) -> int:
 
 
 EXIT_CONFIG = 2  # trainer.launch.EXIT_CONFIG: the workers found a bad config
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # trainer.launch.EXIT_INTERRUPTED: a worker stopped on SIGINT
 
 
 def exit_code_of_failures(failures: dict) -> int:
     """2 when every worker that failed exited with the config-error code (the agent SIGTERMs the others
-    once one fails), else 1 after one line per failed rank."""
+    once one fails); 130 when they stopped on a SIGINT sent to them rather than to this launcher; else 1
+    after one line per failed rank."""
     codes = {failure.exitcode for failure in failures.values()}
     if EXIT_CONFIG in codes and codes <= {EXIT_CONFIG, -signal.SIGTERM}:
         return EXIT_CONFIG
+    if EXIT_INTERRUPTED in codes and codes <= {EXIT_INTERRUPTED, -signal.SIGTERM, -signal.SIGINT}:
+        print("error: the workers were stopped by SIGINT", file=sys.stderr)
+        return EXIT_INTERRUPTED
     for rank, failure in sorted(failures.items()):
         if failure.exitcode < 0:
             how = f"was killed by {failure.signal_name()}"

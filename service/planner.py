@@ -120,8 +120,12 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     card = resolve_model(model) if isinstance(model, str) else model
     gpn, num_nodes = split_world(gpus, nodes, node)
     seq = seq_length or DEFAULT_SEQ_LENGTH[goal]
-    if seq_length is None and card.max_position_embeddings:
-        seq = min(seq, card.max_position_embeddings)
+    positions = card.max_position_embeddings
+    if seq_length is None and positions:
+        seq = min(seq, positions)
+    if engine == "bundled" and positions and seq > positions:  # its pre-flight refuses it (RA-C011)
+        raise PlanError(f"seq_length {seq} is beyond the {positions} positions of {card.id}, which the bundled "
+                        "trainer refuses", field="seq_length", fix=f"use a seq_length of at most {positions}")
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
                        precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype)

@@ -110,3 +110,14 @@ def test_overlap_merge_and_logging_are_execution_but_the_reduce_dtype_is_not():
     assert classify("distributed.grad_reduce_dtype", "fp32", "bf16")[0] == "convergence"
     assert classify("ddp.grad_reduce_in_fp32", True, False)[0] == "convergence"
     assert [c.layer for c in diff({"peft": {"rank": 8}}, {"peft": {"rank": 8, "merge_on_save": True}})] == ["execution"]
+
+
+def test_bundled_sequence_beyond_the_models_positions_is_refused_naming_the_flag(capsys):
+    # The bundled trainer refuses it (RA-C011 is an error for fsdp2/ddp): plan and recommend say so
+    # up front, naming --seq-length, instead of writing nothing after validate fails.
+    for command in ("plan", "recommend"):
+        assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
+                     "--seq-length", "1000"]) == 2
+        assert "error: --seq-length: seq_length 1000 is beyond the 256 positions of tiny-llama" in capsys.readouterr().err
+    assert main(["plan", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "megatron",
+                 "--seq-length", "1000"]) == 0  # Megatron extends positions (RA-C011 warns there)

@@ -234,7 +234,8 @@ def test_train_checks_the_checkpoint_dir_before_launching(tmp_path, capsys):
                      "--checkpoint.checkpoint_dir", str(blocker / "ckpt")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith(f"error: checkpoint.checkpoint_dir: cannot create '{blocker / 'ckpt'}' (Not a directory)")
+    [error] = [line for line in err.splitlines() if line.startswith("error:")]  # after validate's warnings
+    assert error.startswith(f"error: checkpoint.checkpoint_dir: cannot create '{blocker / 'ckpt'}' (Not a directory)")
 
 
 def _failure(local_rank: int, exitcode: int):

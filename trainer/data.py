@@ -195,6 +195,7 @@ class JsonlPretrainDataset(Dataset):
                                      f"{self.seq_length} + 1; add text or lower dataset.seq_length")
         self._tokens = torch.tensor(stream[: count * self.seq_length + 1], dtype=torch.long)
         self._count = count
+        self.sample_unit = f"sequences of {self.seq_length} tokens packed from {file.name}"  # error messages
         self.max_token_id = int(self._tokens.max())
 
     def __len__(self) -> int:

@@ -10,6 +10,7 @@ checkpoint exists.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -18,13 +19,15 @@ from typing import Any, Optional
 from trainer.builders import check_target, dataset_call, resolve_data_path
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
-from trainer.model_checks import check_model_section, check_peft_targets
+from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.step_scheduler import derive_grad_acc_steps
 
 DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # the shell's code for Ctrl-C
 USAGE = "usage: python -m trainer CONFIG [--section.key VALUE ...]"
+_stop_requested = False  # set by the SIGINT handler that main() installs
 
 
 def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], RecipeConfig]:
@@ -111,6 +114,7 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
         raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
     check_model_section(cfg.model)
+    check_seq_lengths(cfg, declared_positions(cfg.model), cfg.model.pretrained_model_name_or_path)
     if cfg.peft is not None:
         check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
@@ -172,13 +176,31 @@ def run(argv: list[str]) -> int:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception:
+        if _stop_requested:  # a peer left on the same Ctrl-C first, failing this rank's collective
+            return EXIT_INTERRUPTED
         print(f"[rank {info.rank}] training failed:", file=sys.stderr)
         traceback.print_exc()
         return EXIT_FAILED
 
 
+def _stop(signum, frame) -> None:
+    """SIGINT (Ctrl-C, or torch.distributed.run passing it on): stop quietly, once. Further ones are
+    ignored so that the exit below is not interrupted into a traceback. Checkpoints stay whole: a save
+    is staged, marked complete and renamed into place (trainer/checkpoint.py), so one cut short is a
+    ``.tmp_`` folder that resume skips. SIGTERM keeps its default (the process ends at once, silently)
+    rather than waiting for a collective to return to Python."""
+    global _stop_requested
+    _stop_requested = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    code = run(list(sys.argv[1:] if argv is None else argv))
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        code = run(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # no traceback per rank: the launcher says it once ("stopped by SIGINT")
+        code = EXIT_INTERRUPTED
     if "trainer.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
         sys.exit(code)
     from trainer.dist import exit_process

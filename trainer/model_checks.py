@@ -1,4 +1,5 @@
-"""Torch-free checks of the ``model`` and ``peft`` sections, shared by the pre-flight and the workers.
+"""Torch-free checks of the ``model`` and ``peft`` sections and of the sequence lengths against the
+model's positions, shared by the pre-flight and the workers.
 
 The pre-flight (trainer/launch.py) runs them before any process starts, so an unknown loader key,
 attention implementation or model name stops the launcher with one message instead of every worker
@@ -9,10 +10,11 @@ rules, so the two never disagree. ``model.dtype`` and ``model.kernels`` are type
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
-from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
+from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DEFAULT_MAX_POSITIONS, DTYPES, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -77,6 +79,50 @@ def _in_hub_cache(repo_id: str) -> bool:
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
         return False
+
+
+SEQUENCE_SECTIONS = ("dataset", "validation_dataset")
+
+
+def check_seq_lengths(cfg: Any, positions: Optional[int], model: str) -> None:
+    """Neither the training nor the validation sequences may be longer than the model's
+    ``max_position_embeddings``: beyond it RoPE runs at positions the model never saw, and a typo
+    (100000 for 1000) makes every step or validation pass run for hours instead of failing.
+    ``positions`` None: not known here (the workers check the built model)."""
+    if not positions:
+        return
+    for section_name in SEQUENCE_SECTIONS:
+        section = getattr(cfg, section_name)
+        seq = section.seq_length if section is not None else None
+        if seq is not None and seq > positions:
+            raise ConfigError(
+                f"{section_name}.seq_length: {seq} is longer than the {positions} positions of {model} "
+                f"(max_position_embeddings); use {positions} or less, or a model whose config.json declares a "
+                "longer context (a larger max_position_embeddings, e.g. with RoPE scaling)"
+            )
+
+
+def declared_positions(section: Any) -> Optional[int]:
+    """``max_position_embeddings`` of the default loader's model where it can be read without torch or
+    the network, in trainer.models.resolve_config's order: a local config.json (HF's default when it
+    says nothing), then a bundled model. None otherwise; the workers check the model they build."""
+    name = section.pretrained_model_name_or_path
+    if section.target is not None or not name:
+        return None
+    local = Path(name).expanduser()
+    if local.exists():
+        try:
+            data = json.loads((local / "config.json" if local.is_dir() else local).read_text())
+        except (OSError, ValueError):
+            return None  # unreadable: the workers report it with the file's name
+        value = data.get("max_position_embeddings", DEFAULT_MAX_POSITIONS) if isinstance(data, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    try:
+        from recipe_index.models import find_bundled_model
+    except ImportError:
+        return None
+    card = find_bundled_model(name)
+    return (card.max_position_embeddings or DEFAULT_MAX_POSITIONS) if card is not None else None
 
 
 def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool) -> None:

@@ -16,3 +16,6 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 # `peft.target_modules: all-linear`: every linear but the LM head (Hugging Face PEFT's spelling).
 ALL_LINEAR = "all-linear"
+# Hugging Face's LlamaConfig default for a config.json without `max_position_embeddings`; the decoder
+# (trainer/models/config.py) and the pre-flight's sequence-length check read the same number.
+DEFAULT_MAX_POSITIONS = 2048

@@ -35,6 +35,23 @@ def derive_grad_acc_steps(global_batch_size: int, local_batch_size: int, dp_size
     return global_batch_size // per_step
 
 
+def too_little_data(dataloader, global_batch_size: int, local_batch_size: int, dp_size: int) -> str:
+    """Why the data gives no optimizer step: the dataset's samples (after packing, when its
+    ``sample_unit`` says so), and how many of them the ranks' whole local batches use."""
+    usable = len(dataloader) * local_batch_size * dp_size
+    dataset = getattr(dataloader, "dataset", None)
+    total = len(dataset) if dataset is not None else usable
+    unit = getattr(dataset, "sample_unit", None)
+    samples = f"{total} samples" + (f" ({unit})" if unit else "")
+    fix = f"add samples (at least {global_batch_size}) or lower step_scheduler.global_batch_size"
+    if usable == total:
+        return f"dataset: {samples} are fewer than one global batch of {global_batch_size}; {fix}"
+    split = (f"each of the {dp_size} data-parallel ranks gets {total // dp_size} and uses" if dp_size > 1
+             else "training uses")
+    return (f"dataset: {samples}, of which {usable} usable ({split} only whole local batches of "
+            f"{local_batch_size}), are fewer than one global batch of {global_batch_size}; {fix}")
+
+
 class StepScheduler:
     """Iterate ``for epoch in sched.epochs: for micro_batches in sched: ...``.
 
@@ -52,10 +69,7 @@ class StepScheduler:
         self.grad_acc_steps = derive_grad_acc_steps(global_batch_size, local_batch_size, dp_size)
         self.steps_per_epoch = len(dataloader) // self.grad_acc_steps
         if self.steps_per_epoch == 0:
-            raise ConfigError(
-                f"dataset: {len(dataloader) * local_batch_size * dp_size} usable samples are fewer than one "
-                f"global batch of {global_batch_size}; add data or lower step_scheduler.global_batch_size"
-            )
+            raise ConfigError(too_little_data(dataloader, global_batch_size, local_batch_size, dp_size))
         epoch_steps = num_epochs * self.steps_per_epoch
         self.total_steps = min(max_steps, epoch_steps) if max_steps else epoch_steps
         self.num_epochs = num_epochs

@@ -149,22 +149,36 @@ def hardware_resolves(view: "ConfigView") -> Optional[Violation]:
                      "use a known gpu_type (recipe-advisor hardware)")
 
 
-@config_rule("RA-C011", "warning", "dataset.seq_length", "sequence length within the model's context",
-             "HF config.json max_position_embeddings; a warning because RoPE scaling can extend it")
-def seq_length_within_context(view: "ConfigView") -> Optional[Violation]:
+@config_rule("RA-C011", "warning", "dataset.seq_length", "sequence lengths within the model's context",
+             "HF config.json max_position_embeddings; a warning for Megatron because RoPE scaling can extend it, "
+             "an error for the bundled trainer, which refuses longer sequences (trainer/model_checks.py)")
+def seq_length_within_context(view: "ConfigView") -> Iterator[Violation]:
+    """The training sequence (``dataset.seq_length``, else ``model.seq_length``) and the validation
+    sequence are judged alike: a validation pass at 100000 tokens runs as long as training would."""
     cfg, facts = view.config, view.facts
     model = facts.model if facts else None
-    if cfg is None or model is None or not model.max_position_embeddings or not cfg.seq_length:
-        return None
-    if cfg.seq_length <= model.max_position_embeddings:
-        return None
-    key = "dataset.seq_length" if cfg.dataset.seq_length else "model.seq_length"
+    if cfg is None or model is None or not model.max_position_embeddings:
+        return
+    positions = model.max_position_embeddings
+    judged = [("dataset.seq_length" if cfg.dataset.seq_length else "model.seq_length", cfg.seq_length)]
+    if cfg.validation_dataset is not None:
+        judged.append(("validation_dataset.seq_length", cfg.validation_dataset.seq_length))
     scaling = (model.rope_scaling or {}).get("rope_type") or (model.rope_scaling or {}).get("type")
-    note = f" (its rope_scaling `{scaling}` may already cover this; check the factor)" if scaling else ""
-    return Violation(f"{key}={cfg.seq_length} exceeds the model's max_position_embeddings="
-                     f"{model.max_position_embeddings}{note}",
-                     f"lower {key} to {model.max_position_embeddings} or less, or use a model (or RoPE scaling, "
-                     "e.g. yarn) that supports this context", key=key)
+    for key, seq in judged:
+        if not seq or seq <= positions:
+            continue
+        # The bundled trainer reads the dataset sections' lengths (never model.seq_length) and refuses these.
+        if cfg.distributed.strategy != "megatron" and key != "model.seq_length":
+            yield Violation(f"{key}={seq} exceeds the model's max_position_embeddings={positions}; the bundled "
+                            "trainer refuses sequences longer than the model's positions",
+                            f"lower {key} to {positions} or less, or use a model whose config.json declares a "
+                            "longer context (a larger max_position_embeddings, e.g. with RoPE scaling)",
+                            severity="error", key=key)
+            continue
+        note = f" (its rope_scaling `{scaling}` may already cover this; check the factor)" if scaling else ""
+        yield Violation(f"{key}={seq} exceeds the model's max_position_embeddings={positions}{note}",
+                        f"lower {key} to {positions} or less, or use a model (or RoPE scaling, e.g. yarn) that "
+                        "supports this context", key=key)
 
 
 @config_rule("RA-C012", "warning", "hardware.gpus_per_node", "GPUs per node within the hardware's node",

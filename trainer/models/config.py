@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainer.model_settings import (  # noqa: F401  (re-exported: the settings the decoder builds from)
-    ATTN_IMPLEMENTATIONS, DTYPES, KERNEL_SETTINGS, KERNELS, LINEAR_MODULES,
+    ATTN_IMPLEMENTATIONS, DEFAULT_MAX_POSITIONS, DTYPES, KERNEL_SETTINGS, KERNELS, LINEAR_MODULES,
 )
 
 ARCHITECTURES = {
@@ -41,7 +41,7 @@ class DecoderConfig:
     num_key_value_heads: Optional[int] = None
     head_dim: Optional[int] = None
     model_type: str = "llama"
-    max_position_embeddings: int = 2048
+    max_position_embeddings: int = DEFAULT_MAX_POSITIONS
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     # None or {"rope_type": "linear"|"llama3", ...} exactly as Hugging Face spells it.
@@ -223,7 +223,7 @@ class DecoderConfig:
             "num_attention_heads": card.num_attention_heads,
             "num_key_value_heads": card.num_key_value_heads,
             "head_dim": card.head_dim,
-            "max_position_embeddings": card.max_position_embeddings or 2048,
+            "max_position_embeddings": card.max_position_embeddings or DEFAULT_MAX_POSITIONS,
             "rms_norm_eps": card.rms_norm_eps,
             "rope_theta": card.rope_theta or 10000.0,
             "rope_scaling": rope_scaling,
