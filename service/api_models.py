@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from service import constants as C
 from service.planner import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LENGTH
 
 SEVERITY = Literal["error", "warning", "info"]
@@ -30,8 +31,7 @@ RECIPE_KIND = Literal["library", "benchmark", "bundled"]
 MAX_NAME = 256
 MAX_GPUS = 65536  # per node with `nodes`; without it a multiple of the node size is read as the total
 MAX_NODES = 8192
-MAX_SEQ_LENGTH = 4 * 1024 * 1024
-MAX_GLOBAL_BATCH = 1 << 24
+MAX_SEQ_LENGTH, MAX_GLOBAL_BATCH = C.MAX_SEQ_LENGTH, C.MAX_GLOBAL_BATCH  # also bound overrides of them
 MAX_TOP = 20
 
 

@@ -197,6 +197,10 @@ def check_targets_exist(cfg) -> None:
             continue  # source unreadable here: the workers import it and report
 
 
+def _without_death_signals(record: logging.LogRecord) -> bool:
+    return "death signal" not in str(record.msg)
+
+
 def launch(torchrun_args: list[str]) -> int:
     """``torch.distributed.run`` in this process, so a failure becomes an exit code instead of its
     ChildFailedError traceback: 2 when the workers stopped on a config error (they print the message,
@@ -210,8 +214,9 @@ def launch(torchrun_args: list[str]) -> int:
     # Its "failed (exitcode: N)", "Sending process ... closing signal" and "Received N death signal" lines
     # are replaced by the one-line summaries below.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
-    logging.getLogger("torch.distributed.elastic.agent.server.api").addFilter(
-        lambda record: "death signal" not in str(record.msg))
+    agent_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
+    if _without_death_signals not in agent_log.filters:  # once per process, however many launches
+        agent_log.addFilter(_without_death_signals)
     try:
         run(parse_args(torchrun_args))
     except ChildFailedError as exc:

@@ -201,3 +201,8 @@ MAX_EXPLICIT_LAYOUT_STAGES = 16
 # A CP rank below this many tokens cannot hide the ring exchange behind attention; the
 # planner does not enumerate it (every recipe whose model the index carries keeps >= 1024).
 MIN_TOKENS_PER_CP_RANK = 1024
+
+# Request bounds of the HTTP API, and of the overrides that set the same fields (service/request_overrides.py):
+# generous for real clusters, small enough that one request stays cheap.
+MAX_SEQ_LENGTH = 4 * 1024 * 1024
+MAX_GLOBAL_BATCH = 1 << 24

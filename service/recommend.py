@@ -17,6 +17,7 @@ The decision tree of seeds/mbridge-recipe-recommender.md, in one pass:
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -206,9 +207,19 @@ def _fine_tuning_data(config: dict, goal: str, notes: list[str]) -> None:
 
 
 def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None:
-    """Fine-tuning starts from the model's published weights (the bundled loader's load_weights reads the
-    Hugging Face snapshot of the card's hf_id); without this it would tune a random initialisation."""
+    """Fine-tuning starts from the model's weights (the bundled loader's load_weights reads them beside a
+    local config.json, or from the Hugging Face snapshot of the card's hf_id); without this it would
+    tune a random initialisation."""
     if _get(config, "model.load_weights") is not None or _get(config, "model._target_") is not None:
+        return
+    folder = Path(card.hf_id) if card.hf_id else None
+    if folder is not None and folder.is_dir():  # a local model: only the weights that lie beside it
+        if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():
+            notes.append(f"no safetensors beside {folder}/config.json: fine-tuning starts from the trainer's "
+                         "deterministic initialisation; put the model's weights there to start from them")
+            return
+        _set(config, "model.load_weights", True)
+        notes.append(f"model.load_weights: true: fine-tuning starts from the weights in {folder}")
         return
     if not card.hf_id:
         notes.append(f"{card.id} has no published weights: fine-tuning starts from the trainer's deterministic "

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from recipe_index import get_hardware
+from recipe_index.errors import UnknownHardwareError
+from service import constants as C
+from service.memory import GRAD_REDUCE_DTYPES
+from service.planner import PRECISIONS
 from service.yamlio import OverrideError, parse_overrides
 from trainer.config import top_level_keys
 
@@ -25,7 +30,26 @@ REQUEST_KEYS = {
 # Keys --gpus and --nodes set together (--gpus 4 --nodes 2: 4 per node on 2 nodes); one of them alone
 # does not say which count the user means to keep, so an override of it is refused.
 COUNT_KEYS = ("hardware.gpus_per_node", "hardware.num_nodes")
-INTEGER_FIELDS = ("seq_length", "global_batch_size")
+INTEGER_LIMITS = {"seq_length": C.MAX_SEQ_LENGTH, "global_batch_size": C.MAX_GLOBAL_BATCH}
+CHOICES = {"precision": PRECISIONS, "grad_reduce_dtype": GRAD_REDUCE_DTYPES}
+
+
+def _same(name: str, a: Any, b: Any) -> bool:
+    if name == "gpu_type":  # aliases and case name one GPU type
+        try:
+            return get_hardware(str(a)).name == get_hardware(str(b)).name
+        except UnknownHardwareError:
+            return str(a).lower() == str(b).lower()
+    return a == b
+
+
+def _leaves(key: str, value: Any):
+    """(dotted key, value) of an override; a whole section (``--dataset "{seq_length: 4096}"``) by its keys."""
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            yield from _leaves(f"{key}.{name}", inner)
+    else:
+        yield key, value
 
 
 def request_fields(overrides: list[str], given: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +58,7 @@ def request_fields(overrides: list[str], given: dict[str, Any]) -> dict[str, Any
     or an override that contradicts the field given beside it."""
     fields = dict(given)
     origin: dict[str, str] = {}
-    for key, value in parse_overrides(overrides):
+    for key, value in (leaf for pair in parse_overrides(overrides) for leaf in _leaves(*pair)):
         section = key.split(".", 1)[0]
         if section not in top_level_keys():  # a mistyped flag, e.g. --override a.b=1, is no config key
             raise OverrideError(f"--{key}: not an option and not a config section; the config's sections are "
@@ -43,15 +67,18 @@ def request_fields(overrides: list[str], given: dict[str, Any]) -> dict[str, Any
             raise OverrideError(f"--{key}: the GPU count is set by --gpus and --nodes (API: gpus, nodes), which "
                                 "also size the layout and the launch commands; --gpus 4 --nodes 2 means 4 per "
                                 "node on 2 nodes")
-        if key not in REQUEST_KEYS:
+        if key not in REQUEST_KEYS or value is None:  # `none` clears the key: the recipe's value applies
             continue
         name, flag = REQUEST_KEYS[key]
-        if name in INTEGER_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
-            raise OverrideError(f"--{key}: expected an integer, got {value!r}")
-        if name not in INTEGER_FIELDS and not isinstance(value, str):
+        limit = INTEGER_LIMITS.get(name)
+        if limit and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit):
+            raise OverrideError(f"--{key}: expected an integer from 1 to {limit:,}, got {value!r}")
+        if not limit and not isinstance(value, str):
             raise OverrideError(f"--{key}: expected a name, got {value!r}")
+        if name in CHOICES and value not in CHOICES[name]:
+            raise OverrideError(f"--{key}: {value!r} is not one of {', '.join(CHOICES[name])}")
         current: Optional[Any] = fields.get(name)
-        if current is not None and current != value:
+        if current is not None and not _same(name, current, value):
             said = f"--{origin[name]}" if name in origin else flag
             raise OverrideError(f"--{key} {value} contradicts {said} {current}: they set the same thing "
                                 f"({name}); give it once, as {flag}")

@@ -160,24 +160,31 @@ def _stream_within_limits(text: str, path: str) -> None:
 
 
 def _written_digits(text: str) -> int:
-    """Digits of a YAML 1.1 integer as written: no sign, radix prefix, `_` or sexagesimal `:`."""
+    """Significant digits of a YAML 1.1 integer as written: no sign, radix prefix, `_`, sexagesimal `:`
+    or leading zeros."""
     body = text.lstrip("+-")
     if body[:2].lower() in ("0x", "0b"):
         body = body[2:]
-    return sum(ch not in "_:" for ch in body)
+    return len("".join(ch for ch in body if ch not in "_:").lstrip("0"))
 
 
 def _integer(node: ScalarNode, subject: str, path: str, constructor: SafeConstructor) -> int:
     """The value of an int-tagged scalar, or a YamlError at its position when it is beyond 64 bits."""
-    value = None
+    value, digits = None, _written_digits(node.value)
     if len(node.value) <= MAX_INTEGER_CHARS:
         try:
             value = constructor.construct_object(node)
-        except ValueError:  # Python's int digit limit, should a build lower it
+        except ValueError:  # Python's int digit limit, should a build lower it; or `!!int abc`
             value = None
+    line, col = _mark(node.start_mark)
+    if value is None and digits <= len(str(INTEGER_LIMIT)) and not node.value.strip("+-0_:xXbB").isdigit():
+        raise YamlError(f"{subject} is tagged as an integer but {node.value[:40]!r} is not one", path=path,
+                        line=line, column=col, fix="write a number, or drop the !!int tag")
     if value is None or abs(value) >= INTEGER_LIMIT:
-        line, col = _mark(node.start_mark)
-        raise YamlError(f"{subject} is an integer with {_written_digits(node.value):,} digits; configs hold "
+        padded = len(node.value) > MAX_INTEGER_CHARS and digits <= len(str(INTEGER_LIMIT))
+        # short in value, but padded out beyond what is read
+        size = f"{len(node.value):,} characters" if padded else f"{digits:,} digits"
+        raise YamlError(f"{subject} is an integer with {size}; configs hold "
                         "small integers (counts, sizes, seeds: at most 64 bits)", path=path, line=line,
                         column=col, fix="write the intended number (e.g. 8), or quote it if it is text")
     return value

@@ -220,3 +220,12 @@ def test_the_page_names_its_gradient_reduce_field_in_fixes():
     from service.web import _form_wording
 
     assert _form_wording("use --grad-reduce-dtype fp32 (API: grad_reduce_dtype fp32)") == "use Gradient reduce dtype fp32"
+
+
+def test_odd_integers_are_worded_for_what_they_are():
+    # review s6 #11: `!!int abc` is no "integer with 3 digits"; a short number padded past what is read
+    # is counted in characters.
+    with pytest.raises(YamlError, match=r"`a` is tagged as an integer but 'abc' is not one"):
+        load_yaml("a: !!int abc\n", "t.yaml")
+    with pytest.raises(YamlError, match=r"`a` is an integer with 301 characters"):
+        load_yaml("a: " + "0" * 300 + "1\n", "t.yaml")

@@ -45,7 +45,7 @@ def test_an_override_that_agrees_with_the_flag_is_fine_and_one_that_contradicts_
         recommend("llama3-8b", 8, "h100", seq_length=4096, overrides=["--dataset.seq_length=8192"])
     with pytest.raises(OverrideError, match=r"--hardware.gpu_type a100-40gb contradicts --gpu-type h100"):
         recommend("llama3-8b", 8, "h100", overrides=["--hardware.gpu_type=a100-40gb"])
-    with pytest.raises(OverrideError, match=r"expected an integer, got 'long'"):
+    with pytest.raises(OverrideError, match=r"expected an integer from 1 to 4,194,304, got .long."):
         recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=long"])
 
 
@@ -121,3 +121,58 @@ def test_bundled_sequence_beyond_the_models_positions_is_refused_naming_the_flag
         assert "error: --seq-length: seq_length 1000 is beyond the 256 positions of tiny-llama" in capsys.readouterr().err
     assert main(["plan", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "megatron",
                  "--seq-length", "1000"]) == 0  # Megatron extends positions (RA-C011 warns there)
+
+
+def test_a_local_model_loads_weights_only_when_they_lie_beside_its_config(tmp_path):
+    # review s6 #2: a folder with only config.json got load_weights: true, which the workers refuse.
+    import shutil
+
+    from recipe_index.models import MODELS_DIR
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    shutil.copy(MODELS_DIR / "tiny-llama.json", folder / "config.json")
+    bare = recommend(str(folder), 2, "cpu", engine="bundled", goal="sft")
+    assert "load_weights" not in bare.config["model"]
+    assert any("no safetensors beside" in n for n in bare.notes)
+    (folder / "model.safetensors").write_bytes(b"")
+    weighted = recommend(str(folder), 2, "cpu", engine="bundled", goal="sft")
+    assert weighted.config["model"]["load_weights"] is True
+    assert any(f"weights in {folder}" in n for n in weighted.notes)
+
+
+def test_request_keys_inside_a_whole_section_override_are_planned_too():
+    # review s6 #3: `--dataset "{seq_length: 32768}"` planned at the recipe's length but wrote 32768.
+    rec = recommend("llama3-8b", 8, "h100", overrides=["--dataset={seq_length: 32768}"])
+    assert rec.plan.request.seq_length == 32768
+    _plan_matches_config(rec)
+    with pytest.raises(OverrideError, match="set by --gpus and --nodes"):
+        recommend("llama3-8b", 8, "h100", overrides=["--hardware={gpus_per_node: 4}"])
+
+
+def test_override_values_are_bounded_and_checked_like_the_fields():
+    # review s6 #4/#5/#12: `none` clears a key; bounds and choices as the API's fields; GPU aliases agree.
+    assert recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=none"]).plan.request.seq_length == 8192
+    with pytest.raises(OverrideError, match=r"expected an integer from 1 to 4,194,304, got 1000000000000"):
+        recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=1000000000000"])
+    with pytest.raises(OverrideError, match=r"'fp7' is not one of bf16"):
+        recommend("llama3-8b", 8, "h100", overrides=["--precision=fp7"])
+    assert recommend("llama3-8b", 8, "h100", overrides=["--hardware.gpu_type=H100-SXM"]).plan.request.hardware.name == "h100"
+
+
+@pytest.mark.parametrize("model, gpus, gpu_type, goal", [
+    ("qwen25-7b", 8, "h100", "pretrain"),  # a card that declares no max_position_embeddings
+    ("llama3-8b", 8, "h100", "peft"),
+    ("tiny-llama", 2, "cpu", "sft"),
+    ("qwen3-8b", 16, "a100-40gb", "sft"),
+])
+def test_what_recommend_writes_for_the_bundled_trainer_passes_its_preflight(tmp_path, model, gpus, gpu_type, goal):
+    # review s6 #1: validate passed configs that the trainer's pre-flight then refused.
+    from trainer.launch import load_config, preflight
+
+    rec = recommend(model, gpus, gpu_type, engine="bundled", goal=goal)
+    assert rec.errors == 0
+    path = tmp_path / "c.yaml"
+    path.write_text(rec.config_yaml)
+    _, cfg = load_config(str(path), [])
+    preflight(cfg, rec.plan.request.world_size)

@@ -148,10 +148,22 @@ def test_the_workers_check_the_positions_of_the_model_they_built():
     from trainer.recipes.model_io import check_layout
 
     _, cfg = load_config(str(BUNDLED / "tiny_llama_pretrain.yaml"), ["--validation_dataset.seq_length", "65"])
+    cfg.model.pretrained_model_name_or_path = "some-org/hub-model"  # neither local nor bundled
     with pytest.raises(ConfigError, match="validation_dataset.seq_length: 65 is longer than the 64 positions"):
         check_layout(tiny_config(), cfg)
     cfg.validation_dataset.seq_length = 64
     check_layout(tiny_config(), cfg)
+
+
+def test_a_model_that_declares_no_positions_is_not_refused(tmp_path):
+    # review s6 #1: 12 bundled cards (Qwen2/2.5, ...) declare none; the trainer read them as 2048 and
+    # refused the seq 4096 configs recommend writes for them, while validate passed them.
+    from trainer.model_checks import BUNDLED as FROM_BUNDLED, declared_positions
+
+    _, cfg = load_config(str(BUNDLED / "tiny_llama_pretrain.yaml"),
+                         ["--model.pretrained_model_name_or_path", "qwen25-7b", "--dataset.seq_length", "4096"])
+    assert declared_positions(cfg.model) == (FROM_BUNDLED, None)
+    preflight(cfg, 2)
 
 
 def _validate(config: dict):

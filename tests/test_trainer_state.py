@@ -223,7 +223,8 @@ def test_signature_differences_are_listed_and_normalised():
     assert diffs[0] == "hidden_size: checkpoint 64, this run 128"
     assert diffs[1].startswith("peft: checkpoint {") and diffs[1].endswith("this run None")
     all_linear = ckpt.model_signature(Cfg, {**peft, "target_modules": "all-linear"})
-    assert all_linear["peft"]["target_modules"] == "all-linear"  # one setting, not its sorted letters
+    written_out = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert all_linear == ckpt.model_signature(Cfg, {**peft, "target_modules": written_out})  # one setting
 
 
 # ---- state tracking ----------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 COMPLETE_MARKER = ".complete"
@@ -140,9 +141,12 @@ def check_writable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> No
 
 # ----------------------------------------------------------------------------- compatibility
 
-def _targets(target_modules: Any) -> Any:
-    # A list in any order names the same modules; "all-linear" is one setting, not its letters.
-    return target_modules if isinstance(target_modules, str) else sorted(target_modules or [])
+def _targets(target_modules: Any) -> list:
+    # A list in any order names the same modules; "all-linear" names the decoder's linears but the LM
+    # head (trainer.peft), so it and that list written out are one setting.
+    if target_modules == ALL_LINEAR:
+        return sorted(m for m in LINEAR_MODULES if m != "lm_head")
+    return sorted(target_modules or [])
 
 
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:

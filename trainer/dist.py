@@ -154,14 +154,16 @@ def fault_point(point: str, step: int, rank: int, env: Mapping[str, str] = os.en
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def exit_process(code: int, synchronize: bool = True) -> None:
+def exit_process(code: int, synchronize: bool = True, tear_down: bool = True) -> None:
     """Leave without letting interpreter teardown race the process group (gloo aborts otherwise).
 
     ``synchronize``: wait for every rank first. True after success and after a config error (every
     rank checks the same config and fails alike; without the barrier the launcher may kill rank 0
     before it prints the message). False after a crash, which other ranks may never reach.
+    ``tear_down`` False (an interrupted run): leave at once; destroying an NCCL group whose peers are
+    stopping may block until the launcher kills the process.
     """
-    if dist.is_initialized():
+    if dist.is_initialized() and tear_down:
         try:
             if synchronize:
                 dist.barrier()

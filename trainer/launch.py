@@ -114,7 +114,7 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
         raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
     check_model_section(cfg.model)
-    check_seq_lengths(cfg, declared_positions(cfg.model), cfg.model.pretrained_model_name_or_path)
+    check_seq_lengths(cfg, declared_positions(cfg.model)[1], cfg.model.pretrained_model_name_or_path)
     if cfg.peft is not None:
         check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
@@ -205,4 +205,4 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(code)
     from trainer.dist import exit_process
 
-    exit_process(code, synchronize=code in (EXIT_OK, EXIT_CONFIG))
+    exit_process(code, synchronize=code in (EXIT_OK, EXIT_CONFIG), tear_down=code != EXIT_INTERRUPTED)

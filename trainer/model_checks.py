@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DEFAULT_MAX_POSITIONS, DTYPES, LINEAR_MODULES
+from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -102,27 +102,33 @@ def check_seq_lengths(cfg: Any, positions: Optional[int], model: str) -> None:
             )
 
 
-def declared_positions(section: Any) -> Optional[int]:
-    """``max_position_embeddings`` of the default loader's model where it can be read without torch or
-    the network, in trainer.models.resolve_config's order: a local config.json (HF's default when it
-    says nothing), then a bundled model. None otherwise; the workers check the model they build."""
+# Where a model's context is read without torch or the network (trainer.models.resolve_config's
+# order): a local config.json, then a bundled card. Elsewhere (hub, custom builder) the workers check
+# the model they build.
+LOCAL, BUNDLED, ELSEWHERE = "local", "bundled", "elsewhere"
+
+
+def declared_positions(section: Any) -> tuple[str, Optional[int]]:
+    """(where the model comes from, its declared ``max_position_embeddings`` or None when it declares
+    none). Undeclared is not refused: the bundled decoder's RoPE runs at any position, and a card
+    without the field (e.g. the Qwen2.5 cards) says nothing about the real context."""
     name = section.pretrained_model_name_or_path
     if section.target is not None or not name:
-        return None
+        return ELSEWHERE, None
     local = Path(name).expanduser()
     if local.exists():
         try:
             data = json.loads((local / "config.json" if local.is_dir() else local).read_text())
         except (OSError, ValueError):
-            return None  # unreadable: the workers report it with the file's name
-        value = data.get("max_position_embeddings", DEFAULT_MAX_POSITIONS) if isinstance(data, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+            return LOCAL, None  # unreadable: the workers report it with the file's name
+        value = data.get("max_position_embeddings") if isinstance(data, dict) else None
+        return LOCAL, (value if isinstance(value, int) and not isinstance(value, bool) else None)
     try:
         from recipe_index.models import find_bundled_model
     except ImportError:
-        return None
+        return ELSEWHERE, None
     card = find_bundled_model(name)
-    return (card.max_position_embeddings or DEFAULT_MAX_POSITIONS) if card is not None else None
+    return (BUNDLED, card.max_position_embeddings or None) if card is not None else (ELSEWHERE, None)
 
 
 def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool) -> None:

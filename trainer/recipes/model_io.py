@@ -15,7 +15,8 @@ from torch import nn
 from trainer.builders import instantiate
 from trainer.config import RecipeConfig
 from trainer.dist import DistInfo
-from trainer.model_checks import check_default_loader_kwargs, check_seq_lengths, dtype_name
+from trainer.model_checks import (ELSEWHERE, check_default_loader_kwargs, check_seq_lengths, declared_positions,
+                                  dtype_name)
 from trainer.overrides import ConfigError
 
 CONSOLIDATED, SHARDED = "consolidated", "sharded"
@@ -69,8 +70,9 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
             raise ConfigError(f"distributed.tp_size: {tp} does not divide the model's {field} ({heads}); "
                               f"tensor parallel splits whole heads: use tp_size in {options}")
     # The pre-flight checked what it could read without torch; a hub model or a custom builder only here.
-    check_seq_lengths(cfg, getattr(model_config, "max_position_embeddings", None),
-                      cfg.model.pretrained_model_name_or_path or cfg.model.target)
+    if declared_positions(cfg.model)[0] == ELSEWHERE:
+        check_seq_lengths(cfg, getattr(model_config, "max_position_embeddings", None),
+                          cfg.model.pretrained_model_name_or_path or cfg.model.target)
     seq = cfg.dataset.seq_length
     if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
         raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
