@@ -277,3 +277,15 @@ def test_packed_samples_say_what_a_sample_is(tmp_path):
     with pytest.raises(ConfigError, match=r"^dataset: 5 samples \(sequences of 16 tokens packed from t\.jsonl\), "
                                           r"of which 4 usable \(training uses only whole local batches of 4\)"):
         StepScheduler(loader, global_batch_size=8, local_batch_size=4, dp_size=1)
+
+
+def test_train_refuses_an_unreadable_integer_without_a_traceback(tmp_path, capsys):
+    # helper s6 note: the trainer's own loader let PyYAML's ValueError through.
+    from service.cli import main
+
+    config = tmp_path / "big.yaml"
+    config.write_text("distributed:\n  tp_size: " + "9" * 5000 + "\n")
+    assert main(["train", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "a value cannot be read (Exceeds the limit (4300 digits) for integer string conversion)" in err
+    assert "Traceback" not in err

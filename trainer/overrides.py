@@ -125,6 +125,9 @@ def load_yaml_file(path: str | Path) -> dict:
         raise ConfigError(f"{path}: YAML error: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except ValueError as exc:  # PyYAML's int() on a number past Python's digit limit
+        raise ConfigError(f"{path}: a value cannot be read ({str(exc).split(':')[0]}); configs hold small "
+                          "integers: `recipe-advisor validate` names the key and line") from None
     if data is None:
         raise ConfigError(f"{path}: the file is empty; a config is a YAML mapping of sections")
     if not isinstance(data, dict):
