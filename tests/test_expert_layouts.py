@@ -40,8 +40,8 @@ def test_held_out_expert_layouts_stay_above_the_floor():
     bench = _benchmark()
     summary = bench.summary(bench.evaluate(bench.scored_records(bench.HELDOUT)))
     assert summary["planned"] >= 380 and summary["not_ranked"] == 0, summary
-    assert summary["top1_pct"] >= 37.0, summary  # 39.0 % in benchmarks/README.md
-    assert summary["top5_pct"] >= 72.0, summary  # 73.5 %
+    assert summary["top1_pct"] >= 37.0, summary  # 39.5 % in benchmarks/README.md
+    assert summary["top5_pct"] >= 72.0, summary  # 73.6 %
 
 
 def test_every_planned_expert_layout_is_ranked(results):
