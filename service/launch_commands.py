@@ -52,6 +52,22 @@ BRIDGE_KEYS = {
 # preset is the --dataset argument.
 CARRIED_BY = {"model.seq_length": "dataset.seq_length", "validation_dataset.seq_length": "dataset.seq_length",
               "dataset.preset": "--dataset"}
+# Recipes whose layout builder knows only a fixed table of (PP, VP) pairs and raises on any other
+# (reference/mbridge_rules.md 3g, recipes/<family>/h100/*.py); keyed by the index's model id. A pair the
+# model's own index recipes use (the performance recipes' explicit layouts) is known too.
+PIPELINE_LAYOUT_TABLES = {
+    "deepseek-v3": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)},
+    "kimi-k2": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)},
+    "kimi-k25-vl": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)},
+    "olmoe-7b": {(1, 1), (2, 1), (4, 1), (2, 2)},
+    "moonlight-16b": {(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2)},
+}
+# Bridge's PEFT asserts a base checkpoint (mbridge_rules.md 3e); the shell stops with this message
+# when the variable is unset. Left unquoted on purpose: the shell expands it.
+PRETRAINED_CHECKPOINT = ('checkpoint.pretrained_checkpoint="${PRETRAINED_CHECKPOINT:?set PRETRAINED_CHECKPOINT to the '
+                         'Megatron checkpoint folder of the base model, as Bridge PEFT needs one}"')
+# Megatron-FSDP's own default (no_shard) keeps whole weights; the planner's Megatron-FSDP shards all.
+FSDP_SHARDING = "ddp.data_parallel_sharding_strategy=optim_grads_params"
 # RA-L011's fix names the Megatron settings an uneven pipeline split needs.
 _SPLIT_SETTING = re.compile(r"\b(num_layers_in_(?:first|last)_pipeline_stage|account_for_\w+_in_pipeline_split)=")
 
@@ -73,7 +89,23 @@ def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[str]:
     for finding in findings:
         if finding.code == "RA-L011":
             gaps += _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
+    stages = _stages(config)
+    if stages != _stages(base) and stages not in _layout_table(config):
+        gaps.append(f"model.pipeline_model_parallel_layout (the recipe's layout table has no PP {stages[0]} x "
+                    f"VP {stages[1]})")
     return list(dict.fromkeys(gaps))
+
+
+def _stages(config: dict) -> tuple[int, int]:
+    return _get(config, "distributed.pp_size") or 1, _get(config, "distributed.vp_size") or 1
+
+
+def _layout_table(config: dict) -> set:
+    """The (PP, VP) pairs the recipe's layout builder accepts; every pair for a model without a table."""
+    table = PIPELINE_LAYOUT_TABLES.get(str(_get(config, "metadata.model")))
+    if table is None:
+        return {_stages(config)}
+    return table
 
 
 def bridge_overrides(base: dict, config: dict) -> list[str]:
@@ -81,9 +113,14 @@ def bridge_overrides(base: dict, config: dict) -> list[str]:
     out = []
     for ours, theirs in BRIDGE_KEYS.items():
         old, new = _get(base, ours), _get(config, ours)
-        if new is None or old == new:
+        if old == new:
+            continue
+        if new is None:  # the config drops a key the recipe sets: the engine default, as in the config
+            out.append(f"{theirs}=False" if isinstance(old, bool) else f"{theirs}=null")
             continue
         if ours == "distributed.activation_checkpointing":
+            if old == "full":  # Megatron-Core refuses a method or layer count without full recompute
+                out += ["model.recompute_method=null", "model.recompute_num_layers=null"]
             if new == "none":
                 out.append(f"{theirs}=null")
                 continue
@@ -91,6 +128,7 @@ def bridge_overrides(base: dict, config: dict) -> list[str]:
                 out += ["model.recompute_method=uniform", "model.recompute_num_layers=1"]
         if ours == "distributed.use_megatron_fsdp" and new:
             out.append("checkpoint.ckpt_format=fsdp_dtensor")  # Megatron-FSDP needs it (mbridge_rules 3d)
+            out.append(FSDP_SHARDING)
         value = str(new) if not isinstance(new, bool) else ("True" if new else "False")
         out.append(f"{theirs}={value}")
         if ours == "dataset.seq_length":
@@ -123,7 +161,10 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
     bridge = None
     if bridge_recipe:
         dataset = shlex.quote(str(_get(config, "dataset.preset") or DATASET_PRESET[req.goal]))
-        bridge = (shlex.quote(bridge_recipe), dataset, bridge_overrides(base, config))
+        overrides = bridge_overrides(base, config)
+        if config.get("peft") and not _get(config, "checkpoint.pretrained_checkpoint"):
+            overrides.append(PRETRAINED_CHECKPOINT)
+        bridge = (shlex.quote(bridge_recipe), dataset, overrides)
     if engine == "bundled":
         program = f"-m trainer {shlex.quote(config_path)}"
     elif bridge is not None:

@@ -1,0 +1,69 @@
+"""Bug hunt s6b: the Megatron Bridge command runs the advised layout or is withheld with the reason."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from service.launch_commands import FSDP_SHARDING, bridge_gaps, bridge_overrides
+from service.recommend import recommend
+
+BASE = {"metadata": {"model": "llama3-70b"},
+        "distributed": {"tp_size": 4, "pp_size": 4, "vp_size": 5, "etp_size": 1, "ep_size": 1,
+                        "activation_checkpointing": "full", "use_distributed_optimizer": True,
+                        "use_megatron_fsdp": True}}
+
+
+def _config(**distributed) -> dict:
+    config = {"metadata": dict(BASE["metadata"]), "distributed": dict(BASE["distributed"])}
+    for key, value in distributed.items():
+        if value is None:
+            config["distributed"].pop(key)
+        else:
+            config["distributed"][key] = value
+    return config
+
+
+def test_keys_the_config_drops_are_reset_in_the_command():
+    # PP 4 -> 1 with VP dropped: Bridge kept VP 5 and Megatron-Core raised.
+    out = bridge_overrides(BASE, _config(pp_size=1, vp_size=None, etp_size=None, use_megatron_fsdp=None))
+    assert "model.pipeline_model_parallel_size=1" in out
+    assert "model.virtual_pipeline_model_parallel_size=null" in out
+    assert "model.expert_tensor_parallel_size=null" in out  # Bridge's default: ETP = TP, as planned
+    assert "ddp.use_megatron_fsdp=False" in out  # a flag is turned off, not nulled
+
+
+def test_leaving_full_recompute_clears_its_method_and_layer_count():
+    for new in ("selective", "none"):
+        out = bridge_overrides(BASE, _config(activation_checkpointing=new))
+        assert "model.recompute_method=null" in out and "model.recompute_num_layers=null" in out
+
+
+def test_megatron_fsdp_shards_everything_as_the_plan_assumes():
+    out = bridge_overrides(_config(use_megatron_fsdp=None), BASE)
+    assert FSDP_SHARDING in out and "ddp.use_megatron_fsdp=True" in out
+
+
+@pytest.mark.parametrize("model, pp, vp, expressible", [
+    ("deepseek-v3", 8, 2, True), ("deepseek-v3", 32, 1, False), ("kimi-k2", 2, 8, True),
+    ("olmoe-7b", 2, 4, False), ("llama3-70b", 32, 1, True),
+])
+def test_a_pipeline_the_recipes_layout_table_lacks_withholds_the_command(model, pp, vp, expressible):
+    base = {"metadata": {"model": model}, "distributed": {"pp_size": 4, "vp_size": 4}}
+    config = {"metadata": {"model": model}, "distributed": {"pp_size": pp, "vp_size": vp}}
+    gaps = bridge_gaps(base, config, [])
+    assert (not any("pipeline_model_parallel_layout" in g for g in gaps)) == expressible, gaps
+
+
+def test_peft_commands_ask_for_the_base_checkpoint_bridge_asserts(tmp_path):
+    rec = recommend("llama3-8b", 8, "h100", goal="peft")
+    command = rec.commands["megatron_bridge"]
+    assert 'checkpoint.pretrained_checkpoint="${PRETRAINED_CHECKPOINT:?' in command
+    script = tmp_path / "bridge.sh"
+    script.write_text("uv() { echo \"$@\"; }\n" + command)
+    missing = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert missing.returncode != 0 and "set PRETRAINED_CHECKPOINT" in missing.stderr
+    given = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "PRETRAINED_CHECKPOINT": "/ckpt/llama3-8b"})
+    assert given.returncode == 0 and "checkpoint.pretrained_checkpoint=/ckpt/llama3-8b" in given.stdout
