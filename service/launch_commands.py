@@ -46,6 +46,15 @@ BRIDGE_KEYS = {
     "step_scheduler.max_steps": "train.train_iters",
     "dataset.seq_length": "dataset.seq_length",
     "optimizer.lr": "optimizer.lr",
+    # Megatron Bridge's optimizer, scheduler and RNG settings (docs/megatron-lm-to-megatron-bridge.md).
+    "optimizer.weight_decay": "optimizer.weight_decay",
+    "optimizer.betas": "optimizer.adam_beta1,optimizer.adam_beta2",
+    "lr_scheduler.schedule": "scheduler.lr_decay_style",
+    "lr_scheduler.warmup_steps": "scheduler.lr_warmup_iters",
+    "lr_scheduler.decay_steps": "scheduler.lr_decay_iters",
+    "lr_scheduler.min_lr": "optimizer.min_lr",
+    "clip_grad_norm.max_norm": "optimizer.clip_grad",
+    "rng.seed": "rng.seed",
 }
 # Keys carried by another part of the command: the sequence length override sets the model's too
 # (run_recipe syncs them), Bridge has one dataset config for training and evaluation, and the
@@ -129,6 +138,11 @@ def bridge_overrides(base: dict, config: dict) -> list[str]:
         if ours == "distributed.use_megatron_fsdp" and new:
             out.append("checkpoint.ckpt_format=fsdp_dtensor")  # Megatron-FSDP needs it (mbridge_rules 3d)
             out.append(FSDP_SHARDING)
+        if "," in theirs:  # one of ours, several of theirs (Adam's betas)
+            if not isinstance(new, (list, tuple)) or len(new) != len(theirs.split(",")):
+                continue  # an unusable value: validate reports it
+            out += [f"{key}={item}" for key, item in zip(theirs.split(","), new)]
+            continue
         value = str(new) if not isinstance(new, bool) else ("True" if new else "False")
         out.append(f"{theirs}={value}")
         if ours == "dataset.seq_length":
