@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 import recipe_index as index
+from recipe_index.errors import UnknownHardwareError
 from service import api_models as m
 from service.lookups import lookup_hardware, lookup_model
 from service.validate import validate_text
@@ -163,14 +164,29 @@ async def validate(
 # ------------------------------------------------------------------ index
 
 
-@router.get("/v1/recipes", response_model=list[m.RecipeSummary], tags=["index"], summary="List bundled recipes")
+RECIPE_FILTERS = {"family", "mode", "hardware", "num_gpus", "kind"}
+
+
+@router.get("/v1/recipes", response_model=list[m.RecipeSummary], tags=["index"], summary="List bundled recipes",
+            responses=_pick(404))
 def list_recipes(
     family: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description="Model family, e.g. `llama`.")] = None,
     mode: Annotated[Optional[m.GOAL], Query(description="pretrain, sft or peft.")] = None,
     hardware: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description="GPU type, e.g. `h100`.")] = None,
     num_gpus: Annotated[Optional[int], Query(ge=1, le=m.MAX_GPUS, description="GPU count the recipe is sized for.")] = None,
     kind: Annotated[Optional[m.RECIPE_KIND], Query(description="library, benchmark or bundled.")] = None,
+    request: Request = None,
 ) -> list[m.RecipeSummary]:
+    unknown = sorted(set(request.query_params) - RECIPE_FILTERS) if request is not None else []
+    if unknown:  # a misspelt filter would otherwise list every recipe; 422 as for any bad query
+        raise RequestValidationError([{"loc": ("query", name), "type": "extra_forbidden", "input": None,
+                                       "msg": f"unknown filter; the filters are {', '.join(sorted(RECIPE_FILTERS))}"}
+                                      for name in unknown])
+    if hardware is not None:
+        try:
+            hardware = lookup_hardware(hardware).name  # aliases read as elsewhere
+        except UnknownHardwareError as err:  # as the CLI's `recipes --hardware`, not an empty list
+            raise client_error(404, str(err), "hardware", suggestions=list(err.suggestions or err.known)) from None
     entries = index.list_recipes(family=family, mode=mode, hardware=hardware, num_gpus=num_gpus, kind=kind)
     return [m.RecipeSummary.from_entry(e) for e in entries]
 

@@ -80,3 +80,18 @@ def test_optimizer_schedule_and_seed_overrides_reach_the_command():
                      "rng.seed=7"):
         assert override in command, override
     assert not any(n.startswith("no Megatron Bridge command") for n in rec.notes)
+
+
+def test_recipe_filters_are_checked_as_the_cli_checks_them():
+    # bughunt s6b #6: an unknown GPU type listed nothing (200 []), a misspelt filter listed everything.
+    from fastapi.testclient import TestClient
+
+    from service.app import app
+
+    client = TestClient(app)
+    unknown = client.get("/v1/recipes?hardware=hopper")
+    assert unknown.status_code == 404 and unknown.json()["field"] == "hardware" and "h100" in unknown.json()["suggestions"]
+    misspelt = client.get("/v1/recipes?familly=llama")
+    assert misspelt.status_code == 422 and misspelt.json()["detail"][0]["loc"] == ["query", "familly"]
+    alias = client.get("/v1/recipes?hardware=h100-sxm&mode=sft")
+    assert alias.status_code == 200 and alias.json() and {r["hardware"] for r in alias.json()} == {"h100"}
