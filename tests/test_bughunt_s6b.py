@@ -95,3 +95,11 @@ def test_recipe_filters_are_checked_as_the_cli_checks_them():
     assert misspelt.status_code == 422 and misspelt.json()["detail"][0]["loc"] == ["query", "familly"]
     alias = client.get("/v1/recipes?hardware=h100-sxm&mode=sft")
     assert alias.status_code == 200 and alias.json() and {r["hardware"] for r in alias.json()} == {"h100"}
+
+
+def test_the_multi_node_bridge_command_guards_its_rendezvous_like_torchrun():
+    # bughunt s6b #11
+    command = recommend("llama3-70b", 8, "h100", nodes=4).commands["megatron_bridge"]
+    assert "export MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR" in command
+    assert "--nnodes=4" in command and "--rdzv-id=llama3_70b_pretrain_32gpu_h100_bf16" in command
+    assert subprocess.run(["bash", "-n"], input=command, text=True).returncode == 0
