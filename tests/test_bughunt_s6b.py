@@ -103,3 +103,14 @@ def test_the_multi_node_bridge_command_guards_its_rendezvous_like_torchrun():
     assert "export MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR" in command
     assert "--nnodes=4" in command and "--rdzv-id=llama3_70b_pretrain_32gpu_h100_bf16" in command
     assert subprocess.run(["bash", "-n"], input=command, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("layers, pp, vp, first, last", [(92, 8, 1, 10, 10), (61, 16, 1, 2, 3), (100, 6, 2, 14, 14)])
+def test_the_uneven_split_offered_is_the_most_balanced(layers, pp, vp, first, last):
+    # bughunt s6b #9: the first split found put 15 layers on each middle stage of 92 over PP 8.
+    from service.rules.sizes import megatron_split
+
+    split = megatron_split(layers, pp, vp)
+    assert split == f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+    middle = (layers - first - last) // (pp - 2)
+    assert middle * (pp - 2) + first + last == layers and middle % vp == 0 and first % vp == 0

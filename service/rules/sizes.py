@@ -43,17 +43,33 @@ def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
             return " and ".join(f"{flag}=true" for flag in flags)
     if pp < 2:
         return None
-    middle_stages = pp - 2
-    for first in range(vp, layers, vp):
-        for last in range(vp, layers - first + 1, vp):
-            middle = layers - first - last
-            if middle_stages == 0:
-                if middle == 0:
-                    return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
-                continue
-            if middle > 0 and middle % middle_stages == 0 and (middle // middle_stages) % vp == 0:
-                return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
-    return None
+    best = _balanced_edges(layers, pp, vp)
+    if best is None:
+        return None
+    first, last = best
+    return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+
+
+@lru_cache(maxsize=4096)
+def _balanced_edges(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
+    """(first, last) stage sizes, multiples of VP, with the middle stages even (also multiples of VP),
+    that make the fullest stage smallest (then the edge stages, which carry the embedding and the loss,
+    the lighter ones); None when no such split exists."""
+    middle_stages, best = pp - 2, None
+    for middle in range(0 if middle_stages == 0 else vp, layers + 1, vp):
+        edges = layers - middle * middle_stages
+        if edges < 2 * vp:
+            break
+        first = edges // 2 // vp * vp
+        last = edges - first
+        if first < vp or last % vp:
+            continue
+        key = (max(first, last, middle), first + last)
+        if best is None or key < best[0]:
+            best = (key, (first, last))
+        if middle_stages == 0:
+            break
+    return None if best is None else best[1]
 
 
 def bundled(f: Facts) -> bool:
