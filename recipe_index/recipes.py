@@ -175,16 +175,27 @@ def list_recipes(
     num_gpus: Optional[int] = None,
     kind: Optional[str] = None,
 ) -> list[RecipeEntry]:
-    """Recipes matching every filter given (exact, case-insensitive for strings), sorted by name."""
-    wanted = {"family": family, "mode": mode, "hardware": hardware, "kind": kind}
+    """Recipes matching every filter given (exact, case-insensitive for strings), sorted by name. The family
+    is the recipe's (Megatron Bridge's package name, `llama`) or its model card's (`Llama 3`, as `models`
+    lists it)."""
+    wanted = {"mode": mode, "hardware": hardware, "kind": kind}
     out = []
     for entry in _index()[0]:
         if any(v is not None and (getattr(entry, k) or "").lower() != v.lower() for k, v in wanted.items()):
+            continue
+        if family is not None and family.lower() not in _families(entry):
             continue
         if num_gpus is not None and entry.num_gpus != num_gpus:
             continue
         out.append(entry)
     return out
+
+
+def _families(entry: RecipeEntry) -> set[str]:
+    from recipe_index.models import find_bundled_model  # the cards load once, on first use
+
+    card = find_bundled_model(entry.model) if entry.model else None
+    return {name.lower() for name in (entry.family, card.family if card else None) if name}
 
 
 def get_recipe(name: str) -> RecipeEntry:

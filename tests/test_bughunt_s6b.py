@@ -114,3 +114,12 @@ def test_the_uneven_split_offered_is_the_most_balanced(layers, pp, vp, first, la
     assert split == f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
     middle = (layers - first - last) // (pp - 2)
     assert middle * (pp - 2) + first + last == layers and middle % vp == 0 and first % vp == 0
+
+
+def test_recipes_filter_by_the_family_models_lists_too():
+    # bughunt s6b #7: `models` shows "Llama 3", recipes carry Bridge's package name "llama".
+    import recipe_index as index
+
+    by_card = index.list_recipes(family="Llama 3")
+    assert by_card and all(r.model and index.find_bundled_model(r.model).family == "Llama 3" for r in by_card)
+    assert {r.name for r in by_card} < {r.name for r in index.list_recipes(family="llama")}
