@@ -6,7 +6,9 @@ import json
 import sys
 
 from service.facts import Finding
-from service.validate import BadArgument, FileReport, check_hardware_argument, expand_paths, validate_file
+from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
+                              validate_file, validate_text)
+from service.yamlio import MAX_BYTES, YamlError, decode
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
 
@@ -15,13 +17,24 @@ def add_parser(subparsers, name: str) -> None:
     p = subparsers.add_parser(name, help="check recipe/config YAML files (folders recurse)",
                               description="Check config files with the same rules the planner uses. "
                                           "Exit 0: clean or warnings only; 1: errors; 2: unusable input.")
-    p.add_argument("paths", nargs="*", metavar="PATH", help="YAML files or folders")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="YAML files or folders; - reads one config from stdin")
     p.add_argument("--gpus", type=int, help="GPUs per node (else the config's hardware block)")
     p.add_argument("--gpu-type", help="hardware card, e.g. h100 (else hardware.gpu_type)")
     p.add_argument("--nodes", type=int, help="number of nodes")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=run)
+
+
+STDIN = "-"  # `cat c.yaml | recipe-advisor validate -`, as CI steps pipe a generated config
+
+
+def validate_stdin(**kwargs) -> FileReport:
+    """The config piped in, under the same size limit as a file (read no further than it)."""
+    try:
+        return validate_text(decode(sys.stdin.buffer.read(MAX_BYTES + 1), "<stdin>"), "<stdin>", **kwargs)
+    except YamlError as err:
+        return FileReport(path="<stdin>", findings=[unusable_finding(err)], unusable=True)
 
 
 def summary(reports: list[FileReport]) -> dict:
@@ -99,8 +112,9 @@ def run(args) -> int:
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
-    files, missing = expand_paths(args.paths)
-    reports = [validate_file(path, gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes) for path in files]
+    files, missing = expand_paths(p for p in args.paths if p != STDIN)
+    reports = [validate_stdin(gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes)] if STDIN in args.paths else []
+    reports += [validate_file(path, gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes) for path in files]
     for path in missing:
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
             code="RA-F001", severity="error", message="no such file or folder", fix="check the path")]))

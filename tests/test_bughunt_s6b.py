@@ -123,3 +123,19 @@ def test_recipes_filter_by_the_family_models_lists_too():
     by_card = index.list_recipes(family="Llama 3")
     assert by_card and all(r.model and index.find_bundled_model(r.model).family == "Llama 3" for r in by_card)
     assert {r.name for r in by_card} < {r.name for r in index.list_recipes(family="llama")}
+
+
+def test_validate_reads_a_config_piped_in():
+    # bughunt s6b #13: `validate -` said "no such file".
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    bad = "model:\n  pretrained_model_name_or_path: tiny-llama\ndistributed:\n  tp_size: 3\n"
+    run = subprocess.run([sys.executable, "-m", "service.cli", "validate", "-"], input=bad, text=True,
+                         capture_output=True, cwd=repo)
+    assert run.returncode == 1 and "<stdin>:4:3: RA-L001 error" in run.stdout
+    good = (repo / "recipe_index/recipes/bundled/tiny_llama_peft.yaml").read_text()
+    run = subprocess.run([sys.executable, "-m", "service.cli", "validate", "-", "--format", "json"], input=good,
+                         text=True, capture_output=True, cwd=repo)
+    assert run.returncode == 0 and '"path": "<stdin>"' in run.stdout
