@@ -214,6 +214,12 @@ def _effective(flat: dict[str, Any], key: str) -> Any:
     return _CANONICAL.get(key, lambda v: v)(value)
 
 
+def effective(config: dict, key: str) -> Any:
+    """The value the trainer reads for a dotted key of a config: its own, else the schema default
+    (MISSING where there is none)."""
+    return _effective(flatten(config), key)
+
+
 def diff(base: dict, new: dict) -> list[Change]:
     """Every key whose value, schema defaults applied, differs between two configs, with its layer,
     in key order. ``old``/``new`` are as written (MISSING where a config leaves the key out)."""

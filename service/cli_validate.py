@@ -32,7 +32,8 @@ STDIN = "-"  # `cat c.yaml | recipe-advisor validate -`, as CI steps pipe a gene
 def validate_stdin(**kwargs) -> FileReport:
     """The config piped in, under the same size limit as a file (read no further than it)."""
     try:
-        return validate_text(decode(sys.stdin.buffer.read(MAX_BYTES + 1), "<stdin>"), "<stdin>", **kwargs)
+        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # no further: "over the limit" is all that is known
+        return validate_text(decode(raw, "<stdin>"), "<stdin>", **kwargs)
     except YamlError as err:
         return FileReport(path="<stdin>", findings=[unusable_finding(err)], unusable=True)
 

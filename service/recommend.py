@@ -29,7 +29,8 @@ from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
-from service.launch_commands import DATASET_PRESET, bridge_gaps, bridge_recipe_name, gaps_note, render_commands
+from service.bridge_command import bridge_gaps, bridge_recipe_name, gaps_note
+from service.launch_commands import DATASET_PRESET, render_commands
 from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
                              needs_explicit_layout, plan)
 from service.recipe_choice import choose_recipe
@@ -290,6 +291,11 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     if overrides:
         planned = config
         config = apply_overrides(config, overrides)
+        # A whole-section override (`--dataset "{preset: mock}"`) replaces the section: the request's
+        # values it leaves out stay as planned (its own request keys became the request itself).
+        for key in ("dataset.seq_length", "step_scheduler.global_batch_size", "step_scheduler.local_batch_size"):
+            if _get(config, key) is None and _get(planned, key) is not None:
+                _set(config, key, _get(planned, key))
         moved = [c.key for c in diff(planned, config)
                  if c.key.startswith("distributed.") or c.key == "step_scheduler.local_batch_size"]
         if moved:

@@ -84,7 +84,8 @@ class Document:
 
 def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
     if len(raw) > max_bytes:
-        raise YamlError(f"file is {len(raw):,} bytes, over the {max_bytes:,}-byte limit for a config",
+        # Callers read at most one byte past the limit, so the true size is not known here.
+        raise YamlError(f"file is over the {max_bytes:,}-byte limit for a config",
                         path=path, fix="split the file or remove embedded data; configs are small")
     if b"\x00" in raw[:8192]:
         raise YamlError("file looks binary (NUL bytes), not a YAML config", path=path,

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from service.launch_commands import FSDP_SHARDING, bridge_gaps, bridge_overrides
+from service.bridge_command import FSDP_SHARDING, bridge_gaps, bridge_overrides
 from service.recommend import recommend
 
 BASE = {"metadata": {"model": "llama3-70b"},
@@ -139,3 +139,55 @@ def test_validate_reads_a_config_piped_in():
     run = subprocess.run([sys.executable, "-m", "service.cli", "validate", "-", "--format", "json"], input=good,
                          text=True, capture_output=True, cwd=repo)
     assert run.returncode == 0 and '"path": "<stdin>"' in run.stdout
+
+
+# ---- review s6b ---------------------------------------------------------------------------------
+
+def test_weight_decay_and_the_distributed_optimizer_reach_every_bridge_key_that_sets_them():
+    # Bridge's scheduler rewrites weight decay from start/end_weight_decay, and syncs the DDP flag from
+    # the optimizer's: one key alone is undone.
+    out = bridge_overrides({"optimizer": {"weight_decay": 0.1}, "distributed": {"use_distributed_optimizer": True}},
+                           {"optimizer": {"weight_decay": 0.01}, "distributed": {"use_distributed_optimizer": False}})
+    for override in ("optimizer.weight_decay=0.01", "scheduler.start_weight_decay=0.01",
+                     "scheduler.end_weight_decay=0.01", "ddp.use_distributed_optimizer=False",
+                     "optimizer.use_distributed_optimizer=False"):
+        assert override in out, override
+
+
+def test_cleared_keys_map_to_what_bridge_reads_or_withhold_the_command():
+    base = {"step_scheduler": {"global_batch_size": 512, "local_batch_size": 2}, "optimizer": {"lr": 3e-4},
+            "clip_grad_norm": {"max_norm": 1.0}, "lr_scheduler": {"warmup_steps": 100}}
+    # `max_norm: null` is "no clipping" (Bridge: clip_grad 0); a dropped micro batch is the schema's 1.
+    no_clip = {**base, "clip_grad_norm": {"max_norm": None}, "step_scheduler": {"global_batch_size": 512}}
+    out = bridge_overrides(base, no_clip)
+    assert "optimizer.clip_grad=0.0" in out and "train.micro_batch_size=1" in out
+    assert not any(o.endswith("=null") for o in out)
+    # A dropped LR has no default the trainer would read: no command rather than optimizer.lr=null.
+    no_lr = {**base, "optimizer": {"weight_decay": 0.1}}
+    assert "optimizer.lr" in bridge_gaps(base, no_lr, []) and "optimizer.lr=null" not in bridge_overrides(base, no_lr)
+
+
+def test_decay_steps_count_from_step_zero_in_bridge():
+    out = bridge_overrides({"lr_scheduler": {"warmup_steps": 100}},
+                           {"lr_scheduler": {"warmup_steps": 100, "decay_steps": 900}})
+    assert "scheduler.lr_decay_iters=1000" in out and "scheduler.lr_warmup_iters=100" in out
+
+
+def test_fine_tuning_commands_need_the_base_checkpoint_sft_too():
+    assert "PRETRAINED_CHECKPOINT" in recommend("llama3-8b", 8, "h100", goal="sft").commands["megatron_bridge"]
+    assert "PRETRAINED_CHECKPOINT" not in recommend("llama3-8b", 8, "h100").commands["megatron_bridge"]
+
+
+def test_a_recipe_with_an_explicit_layout_and_no_table_withholds_a_new_pipeline():
+    base = {"metadata": {"model": "qwen3-next-80b-a3b"},
+            "distributed": {"pp_size": 4, "vp_size": 2, "pipeline_layout": "explicit"}}
+    config = {"metadata": {"model": "qwen3-next-80b-a3b"}, "distributed": {"pp_size": 8, "vp_size": 1}}
+    assert any("pipeline_model_parallel_layout" in g for g in bridge_gaps(base, config, []))
+    glm = {"metadata": {"model": "glm-45v"}, "distributed": {"pp_size": 4, "vp_size": 6}}
+    assert any("pipeline_model_parallel_layout" in g for g in bridge_gaps({"metadata": {"model": "glm-45v"}}, glm, []))
+
+
+def test_a_whole_section_override_keeps_the_planned_values_it_leaves_out():
+    rec = recommend("llama3-8b", 8, "h100", overrides=['--dataset={preset: mock}'])
+    assert rec.config["dataset"]["seq_length"] == rec.plan.request.seq_length
+    assert rec.config["step_scheduler"]["global_batch_size"] == rec.plan.request.global_batch_size

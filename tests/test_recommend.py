@@ -9,7 +9,7 @@ import yaml
 
 from service.cli import main
 from service.planner import PlanError
-from service.launch_commands import BRIDGE_KEYS
+from service.bridge_command import BRIDGE_KEYS
 from service.recommend import Impossible, recommend
 from service.validate import validate_text
 from trainer.dotted import get_dotted

@@ -125,9 +125,11 @@ def load_yaml_file(path: str | Path) -> dict:
         raise ConfigError(f"{path}: YAML error: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    except ValueError as exc:  # PyYAML's int() on a number past Python's digit limit
-        raise ConfigError(f"{path}: a value cannot be read ({str(exc).split(':')[0]}); configs hold small "
-                          "integers: `recipe-advisor validate` names the key and line") from None
+    except ValueError as exc:  # PyYAML's int() past Python's digit limit, or a date that is no date
+        why = str(exc).split(":")[0]
+        hint = "configs hold small integers; " if "digits" in why else ""
+        raise ConfigError(f"{path}: a value cannot be read ({why}); {hint}`recipe-advisor validate` names "
+                          "the key and line") from None
     if data is None:
         raise ConfigError(f"{path}: the file is empty; a config is a YAML mapping of sections")
     if not isinstance(data, dict):
