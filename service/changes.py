@@ -37,8 +37,8 @@ MISSING = "<absent>"
 
 # Never execution-only (seed): these win over the section a key sits in.
 _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capacity|router|aux_loss|z_loss|"
-                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|grad_reduce_dtype|grad_reduce_in_fp32",
-                               re.IGNORECASE)
+                                r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|"
+                                r"grad_reduce_dtype|grad_reduce_in_fp32", re.IGNORECASE)
 # Shortcuts that make a run a benchmark only.
 _BENCHMARK_WORDS = re.compile(r"force_load_balanc|check_for_nan|nan_check|check_for_spiky|rerun_state_machine|"
                               r"timing|profil|exit_interval|skip_train|benchmark", re.IGNORECASE)

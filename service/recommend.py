@@ -17,8 +17,8 @@ The decision tree of seeds/mbridge-recipe-recommender.md, in one pass:
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Union
 
 import yaml
@@ -41,6 +41,7 @@ from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision
 from trainer.dotted import get_dotted as _get, set_dotted
 from trainer.fast_paths import default_fast_paths
+from trainer.model_checks import SINGLE_FILE, has_hf_weights
 
 # LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
 LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0},
@@ -215,9 +216,9 @@ def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None
         return
     folder = Path(card.hf_id) if card.hf_id else None
     if folder is not None and folder.is_dir():  # a local model: only the weights that lie beside it
-        if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():
-            notes.append(f"no safetensors beside {folder}/config.json: fine-tuning starts from the trainer's "
-                         "deterministic initialisation; put the model's weights there to start from them")
+        if not has_hf_weights(folder):
+            notes.append(f"no safetensors beside {folder}/config.json ({SINGLE_FILE} or its index): fine-tuning "
+                         "starts from the trainer's deterministic initialisation; put the model's weights there")
             return
         _set(config, "model.load_weights", True)
         notes.append(f"model.load_weights: true: fine-tuning starts from the weights in {folder}")

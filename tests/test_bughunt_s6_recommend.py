@@ -176,3 +176,16 @@ def test_what_recommend_writes_for_the_bundled_trainer_passes_its_preflight(tmp_
     path.write_text(rec.config_yaml)
     _, cfg = load_config(str(path), [])
     preflight(cfg, rec.plan.request.world_size)
+
+
+def test_an_adapter_file_alone_is_no_model_weights(tmp_path):
+    # Second read: recommend now asks the loader's own has_hf_weights; any *.safetensors used to count.
+    import shutil
+
+    from recipe_index.models import MODELS_DIR
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(MODELS_DIR / "tiny-llama.json", folder / "config.json")
+    (folder / "adapter_model.safetensors").write_bytes(b"")
+    assert "load_weights" not in recommend(str(folder), 2, "cpu", engine="bundled", goal="sft").config["model"]

@@ -17,11 +17,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from trainer.model_checks import INDEX_FILE, SINGLE_FILE, has_hf_weights  # noqa: F401  (re-exported)
+
 if TYPE_CHECKING:
     from trainer.models.config import DecoderConfig
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -120,11 +120,6 @@ class SafetensorsReader:
 def load_hf_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors (CPU) of a Hugging Face model folder, safetensors file or index json."""
     return dict(SafetensorsReader(path).items())
-
-
-def has_hf_weights(folder: str | os.PathLike) -> bool:
-    folder = Path(folder)
-    return (folder / INDEX_FILE).is_file() or (folder / SINGLE_FILE).is_file()
 
 
 def _locate_tensor_files(path: Path) -> dict[str, Path]:

@@ -81,6 +81,17 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
+# The Hugging Face weight files the default loader reads beside a config.json (trainer/hf_io.py writes them).
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def has_hf_weights(folder: Union[str, Path]) -> bool:
+    """Whether a model folder holds weights the default loader reads (one file, or an index of shards)."""
+    folder = Path(folder)
+    return (folder / INDEX_FILE).is_file() or (folder / SINGLE_FILE).is_file()
+
+
 SEQUENCE_SECTIONS = ("dataset", "validation_dataset")
 
 
