@@ -19,7 +19,7 @@ import shlex
 from typing import Any, Optional
 
 from recipe_index.recipes import RecipeEntry
-from service.changes import MISSING, diff, effective
+from service.changes import MISSING, Change, diff, effective
 from service.facts import Finding
 from trainer.dotted import get_dotted as _get
 
@@ -81,11 +81,12 @@ FSDP_SHARDING = "ddp.data_parallel_sharding_strategy=optim_grads_params"
 _SPLIT_SETTING = re.compile(r"\b(num_layers_in_(?:first|last)_pipeline_stage|account_for_\w+_in_pipeline_split)=")
 
 
-def _changed_values(base: dict, config: dict) -> tuple[dict[str, Any], list[str]]:
-    """(mapped key -> the value the command must set, mapped keys it cannot set): every mapped key whose
-    effective value differs from the recipe's; a dropped key stands for its schema default."""
+def _changed_values(changes: list[Change], config: dict) -> tuple[dict[str, Any], list[str]]:
+    """(mapped key -> the value the command must set, mapped keys it cannot set) from the config's changes:
+    every mapped key whose effective value differs from the recipe's; a dropped key stands for its
+    schema default."""
     values, gaps = {}, []
-    for change in diff(base, config):
+    for change in changes:
         key = change.key
         if key not in BRIDGE_KEYS:
             continue
@@ -109,10 +110,11 @@ def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[str]:
     and a pipeline the recipe's layout builder cannot place."""
     # metadata.* is recommend's own description of the config: --recipe comes from the base recipe,
     # and the precision itself is the `precision` key, so a rewritten label is no gap.
-    gaps = [c.key for c in diff(base, config)
+    changes = diff(base, config)
+    gaps = [c.key for c in changes
             if (c.layer == "convergence" or c.key.startswith("distributed."))
             and c.key not in BRIDGE_KEYS and c.key not in CARRIED_BY and not c.key.startswith("metadata.")]
-    gaps += _changed_values(base, config)[1]
+    gaps += _changed_values(changes, config)[1]
     for finding in findings:
         if finding.code == "RA-L011":
             gaps += _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
@@ -137,7 +139,7 @@ def _text(value: Any) -> str:
 
 def bridge_overrides(base: dict, config: dict) -> list[str]:
     """`key=value` overrides of run_recipe.py for every mapped key whose value differs from the recipe's."""
-    values, _ = _changed_values(base, config)
+    values, _ = _changed_values(diff(base, config), config)
     out = []
     for ours, value in values.items():
         theirs = BRIDGE_KEYS[ours].split(",")
