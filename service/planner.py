@@ -365,7 +365,7 @@ class _Estimators:
                                   grad_reduce_dtype=req.grad_reduce_dtype)
         self.time = StepTimeModel(shape, req.hardware, world_size=req.world_size, seq_length=req.seq_length,
                                   global_batch_size=req.global_batch_size, precision=req.precision,
-                                  engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype)
+                                  engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype, peft=req.peft)
 
 
 def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:

@@ -22,6 +22,9 @@ The model, per micro batch on the slowest pipeline stage:
   overlaps the last micro batch's backward, the parameter all-gather the first forward, up
   to ``DP_OVERLAP_FRACTION``; FSDP gathers and reduces every micro batch.
 * **Optimizer step**, bound by HBM bandwidth.
+* **MoE time no term explains.** Published Megatron MoE steps take ``MOE_MEASURED_STEP_FACTOR``
+  times the sum above (``benchmarks/step_time_published.py``); the rest of a MoE step is reported
+  as ``moe_unattributed_s``.
 
 Collective costs are ring formulas (all-reduce ``2(n-1)/n·B``, all-gather and
 reduce-scatter ``(n-1)/n·B``, all-to-all ``(n-1)/n·B`` per GPU) over the bus bandwidth
@@ -44,11 +47,19 @@ from service.memory import ModelShape, stage_layers
 ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
 
 
-def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
-    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head) + the causal attention
-    term, half of 12·L·h·s: a causal kernel skips the masked half of the score blocks, and counting it
-    would put MFU above what the GPU executes (FlashAttention's benchmark counts causal FLOPs so)."""
-    return 6.0 * shape.gemm_params_per_token + shape.attention_flops_coef * seq_length * ATTENTION_CAUSAL_FRACTION
+def gemm_passes(peft: bool) -> float:
+    """FLOPs per parameter and token of the weight GEMMs: forward 2, input gradient 2, weight gradient 2.
+    A frozen base (LoRA) computes no weight gradients: 4 (Hu et al. 2021, section 4.2; the adapters'
+    own FLOPs are under 1 % of the base at rank 32)."""
+    return 4.0 if peft else 6.0
+
+
+def model_flops_per_token(shape: ModelShape, seq_length: int, peft: bool = False) -> float:
+    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head; 4·N under LoRA) + the causal
+    attention term, half of 12·L·h·s: a causal kernel skips the masked half of the score blocks, and counting
+    it would put MFU above what the GPU executes (FlashAttention's benchmark counts causal FLOPs so)."""
+    return (gemm_passes(peft) * shape.gemm_params_per_token
+            + shape.attention_flops_coef * seq_length * ATTENTION_CAUSAL_FRACTION)
 
 
 def pipeline_bubble(pp: int, vp: int, microbatches: int) -> float:
@@ -93,6 +104,7 @@ class StepTime:
     pp_comm_s: float
     dp_comm_s: float
     optimizer_s: float
+    moe_unattributed_s: float  # measured MoE time no term above explains (C.MOE_MEASURED_STEP_FACTOR)
     tokens_per_s_per_gpu: float
     mfu: float
 
@@ -119,8 +131,9 @@ class StepTimeModel:
 
     def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
                  global_batch_size: int, precision: str = "bf16", engine: str = "megatron",
-                 grad_reduce_dtype: str = "fp32"):
+                 grad_reduce_dtype: str = "fp32", peft: bool = False):
         self.shape, self.hw = shape, hardware
+        self.peft, self.passes = peft, gemm_passes(peft)
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
         self.precision, self.engine = precision, engine
         self.peak = hardware.peak_tflops(precision) * 1e12
@@ -135,7 +148,8 @@ class StepTimeModel:
         self.grad_bytes = C.DTYPE_BYTES["fp32" if fp32_buffers else grad_reduce_dtype]
         self.domain = max(hardware.nvlink_domain, 1)
         self.tp_exposed = C.TP_COMM_EXPOSED_FRACTION if engine == "megatron" else 1.0
-        self.flops_per_token = model_flops_per_token(shape, seq_length)
+        self.moe_step_factor = C.MOE_MEASURED_STEP_FACTOR if shape.is_moe and engine == "megatron" else 1.0
+        self.flops_per_token = model_flops_per_token(shape, seq_length, peft)
         self.half_dim = C.GEMM_HALF_EFFICIENCY_DIM.get(hardware.arch, C.GEMM_HALF_EFFICIENCY_DIM_DEFAULT)
         self._mb_cache: dict[tuple, _MicroBatch] = {}
         self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
@@ -174,8 +188,8 @@ class StepTimeModel:
         tokens = mbs * self.seq / cp
         size_tokens = self._size_efficiency(tokens)
         dense_eff = self.matmul_eff * size_tokens * self._size_efficiency(s.min_dense_width / tp)
-        body_dense_s = 6.0 * s.layer_dense_params / tp * tokens / (self.peak * dense_eff)
-        head_s = 6.0 * s.head_params / tp * tokens / (self.peak * dense_eff)
+        body_dense_s = self.passes * s.layer_dense_params / tp * tokens / (self.peak * dense_eff)
+        head_s = self.passes * s.head_params / tp * tokens / (self.peak * dense_eff)
         expert_s = 0.0
         if s.is_moe:
             local_tokens = tokens / tp
@@ -183,7 +197,7 @@ class StepTimeModel:
             expert_eff = (self.matmul_eff * self._size_efficiency(per_expert_tokens)
                           * self._size_efficiency(s.expert_width / etp))
             imbalance = _moe_imbalance(s.experts, ep)
-            expert_s = 6.0 * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
+            expert_s = self.passes * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
         attention_s = (s.attention_flops_coef * self.seq * tokens * ATTENTION_CAUSAL_FRACTION / tp
                        / (self.peak_attention * C.ATTENTION_EFFICIENCY * size_tokens))
         gathered = self.engine == "bundled"
@@ -192,7 +206,7 @@ class StepTimeModel:
         logits_s = tokens * s.vocab / tp * C.LOGITS_BYTES_UNFUSED * 2 / self.hbm
         body_s = body_dense_s + expert_s + attention_s + elementwise_s
         if recompute == "full":
-            body_s *= C.FULL_RECOMPUTE_FLOPS_FACTOR
+            body_s *= (self.passes + 2.0) / self.passes  # the forward again: 8/6 of the work, 6/4 under LoRA
         elif recompute == "selective":
             body_s *= C.SELECTIVE_RECOMPUTE_TIME_FACTOR
         replay = 1.5 if recompute == "full" else 1.0  # full recompute replays the forward's collectives
@@ -265,8 +279,8 @@ class StepTimeModel:
 
     def components(self, tp: int, pp: int, vp: int, cp: int, ep: int, etp: int, sp: bool, mbs: int,
                     recompute: str, sharding: str) -> tuple:
-        """(step, compute, bubble, tp, cp, ep, pp, dp, optimizer) seconds per step of one layout, in plain
-        arguments so the planner need not build a Layout per variant."""
+        """(step, compute, bubble, tp, cp, ep, pp, dp, optimizer, MoE unattributed) seconds per step of one
+        layout, in plain arguments so the planner need not build a Layout per variant."""
         dp, fraction, per_stage, pp_bw, pp_lat, dp_first, dp_second, optimizer_s = self._structure(
             tp, pp, vp, cp, ep, etp, sp, sharding)
         m = max(self.gbs // (mbs * dp), 1)
@@ -292,8 +306,10 @@ class StepTimeModel:
                     + _overlapped(dp_second, C.DP_OVERLAP_FRACTION * t_mb / 3))
         else:  # DDP all-reduce under the last backward
             dp_s = _overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3)
-        step = m * t_mb + bubble + dp_s + optimizer_s
-        return step, m * compute, bubble, m * tp_s, m * cp_s, m * ep_s, m * pp_s, dp_s, optimizer_s
+        modelled = m * t_mb + bubble + dp_s + optimizer_s
+        unattributed = modelled * (self.moe_step_factor - 1.0)
+        return (modelled + unattributed, m * compute, bubble, m * tp_s, m * cp_s, m * ep_s, m * pp_s, dp_s,
+                optimizer_s, unattributed)
 
     def step_seconds(self, layout: Layout, sharding: str = "optimizer") -> float:
         """Seconds per optimizer step (the planner's ranking needs only this)."""
@@ -307,13 +323,13 @@ class StepTimeModel:
     def estimate(self, layout: Layout, sharding: str = "optimizer") -> StepTime:
         """Step time with its breakdown, tokens/s per GPU and MFU."""
         lay = layout
-        step, compute, bubble, tp_s, cp_s, ep_s, pp_s, dp_s, optimizer_s = self.components(
+        step, compute, bubble, tp_s, cp_s, ep_s, pp_s, dp_s, optimizer_s, moe_s = self.components(
             lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute, sharding)
         tokens_per_gpu = self.tokens_per_s_per_gpu(step)
         mfu = self.flops_per_token * tokens_per_gpu / self.peak
         return StepTime(step_time_s=step, compute_s=compute, bubble_s=bubble, tp_comm_s=tp_s, cp_comm_s=cp_s,
                         ep_comm_s=ep_s, pp_comm_s=pp_s, dp_comm_s=dp_s, optimizer_s=optimizer_s,
-                        tokens_per_s_per_gpu=tokens_per_gpu, mfu=mfu)
+                        moe_unattributed_s=moe_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=mfu)
 
     def _dp_costs(self, tp: int, pp: int, cp: int, ep: int, etp: int, sharding: str, dp: int,
                   fraction: float) -> tuple[float, float, float]:
@@ -323,8 +339,11 @@ class StepTimeModel:
         if hit is not None:
             return hit
         s = self.shape
-        dense = (s.layer_dense_params * fraction + max(s.embedding_params, s.head_params)) / tp
-        expert = s.layer_expert_params * fraction / (ep * etp)
+        if self.peft:  # only the adapters have gradients and optimizer states
+            dense, expert = s.lora_params * fraction / tp, 0.0
+        else:
+            dense = (s.layer_dense_params * fraction + max(s.embedding_params, s.head_params)) / tp
+            expert = s.layer_expert_params * fraction / (ep * etp)
         # Rank order tp-cp-ep-dp-pp: the dense DP x CP group strides TP ranks, the expert-DP
         # group strides ETP x EP ranks.
         dense_group, expert_group = dp * cp, max(self.world_size // (pp * ep * etp), 1)
@@ -353,9 +372,9 @@ class StepTimeModel:
 def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout, *, world_size: int,
                        seq_length: int, global_batch_size: int, precision: str = "bf16",
                        sharding: str = "optimizer", engine: str = "megatron",
-                       grad_reduce_dtype: str = "fp32") -> StepTime:
+                       grad_reduce_dtype: str = "fp32", peft: bool = False) -> StepTime:
     """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
     model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
                           global_batch_size=global_batch_size, precision=precision, engine=engine,
-                          grad_reduce_dtype=grad_reduce_dtype)
+                          grad_reduce_dtype=grad_reduce_dtype, peft=peft)
     return model.estimate(layout, sharding)
