@@ -8,6 +8,7 @@ only that spelling knowledge, so ``cards.py`` stays a plain schema.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Optional
 
 # Plain two-matrix MLPs (no gate projection): GPT-2/GPT-3 (GELU), Nemotron-H (squared ReLU).
@@ -29,6 +30,18 @@ _TEXT_SUBCONFIGS = ("text_config", "llm_config", "language_config", "language_mo
 _LAYER_BLOCK_LETTERS = {
     "mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E",
 }
+
+
+def _whole(value: Any) -> Any:
+    """A count as written: an int, or a float with no fraction as that int. Anything else (a string,
+    a bool, 8.5) passes through unchanged for ``dimension_problem`` to name, never coerced."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _first(cfg: Mapping[str, Any], *names: str, default: Any = None) -> Any:
@@ -60,6 +73,8 @@ def language_model_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def _hybrid_pattern(cfg: Mapping[str, Any]) -> Optional[str]:
     pattern = _first(cfg, "hybrid_override_pattern", "hybrid_layer_pattern")
+    if pattern is not None and not isinstance(pattern, str):
+        return None  # not a letter pattern; the layer count must then come from num_hidden_layers
     if pattern is None and isinstance(cfg.get("layers_block_type"), list):
         # Newer Nemotron configs list block names instead of the letter pattern.
         pattern = "".join(_LAYER_BLOCK_LETTERS.get(str(b), "?") for b in cfg["layers_block_type"])
@@ -99,14 +114,14 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     if layers is None and pattern:
         layers = len(pattern)
 
-    num_experts = int(_first(cfg, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts", default=0))
+    num_experts = _whole(_first(cfg, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts", default=0))
     shared_size = _first(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
     num_shared = _first(cfg, "n_shared_experts", "num_shared_experts")
     if num_shared is None:
         num_shared = 1 if shared_size else 0
 
     intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
-    if intermediate is None and mt in ("gpt2", "gpt3") and hidden is not None:
+    if intermediate is None and mt in ("gpt2", "gpt3") and _is_count(hidden):
         intermediate = 4 * hidden  # GPT-2 config: n_inner None means 4 * n_embd
     moe_intermediate = _first(cfg, "moe_intermediate_size", "expert_intermediate_size")
     if num_experts and moe_intermediate is None:
@@ -118,7 +133,7 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     head_dim = _first(cfg, "head_dim", "attention_head_dim", "kv_channels")
     if head_dim is None and kv_lora_rank is not None:
         head_dim = cfg.get("v_head_dim")  # MLA: the value head width, Megatron's kv_channels
-    if head_dim is None and hidden and heads:
+    if head_dim is None and _is_count(hidden) and _is_count(heads) and heads > 0:
         head_dim = hidden // heads
 
     attention_bias = cfg.get("attention_bias")
@@ -140,25 +155,26 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
         "family": cfg.get("advisor_family") or model_type,
         "model_type": model_type,
         "architecture": cfg.get("advisor_architecture") or _architecture(num_experts, kv_lora_rank, pattern),
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": _first(cfg, "num_key_value_heads", "num_query_groups", "multi_query_group_num", default=heads),
-        "head_dim": head_dim,
-        "intermediate_size": intermediate,
-        "vocab_size": cfg.get("vocab_size"),
-        "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
+        "hidden_size": _whole(hidden),
+        "num_hidden_layers": _whole(layers),
+        "num_attention_heads": _whole(heads),
+        "num_key_value_heads": _whole(_first(cfg, "num_key_value_heads", "num_query_groups", "multi_query_group_num",
+                                             default=heads)),
+        "head_dim": _whole(head_dim),
+        "intermediate_size": _whole(intermediate),
+        "vocab_size": _whole(cfg.get("vocab_size")),
+        "max_position_embeddings": _whole(_first(cfg, "max_position_embeddings", "n_positions")),
         "tie_word_embeddings": bool(tied),
         "rope_theta": rope_theta,
         "rope_scaling": rope_scaling,
         "attention_bias": bool(attention_bias),
         "qk_norm": bool(qk_norm),
         "num_experts": num_experts,
-        "num_experts_per_tok": int(_first(cfg, "num_experts_per_tok", "moe_topk", "moe_router_topk", "num_selected_experts", default=0)),
+        "num_experts_per_tok": _whole(_first(cfg, "num_experts_per_tok", "moe_topk", "moe_router_topk", "num_selected_experts", default=0)),
         "moe_intermediate_size": moe_intermediate if num_experts else None,
-        "num_shared_experts": int(num_shared) if num_experts else 0,
+        "num_shared_experts": _whole(num_shared) if num_experts else 0,
         "shared_expert_intermediate_size": shared_size if num_experts else None,
-        "first_k_dense": int(_first(cfg, "first_k_dense_replace", "first_k_dense", default=0)) if num_experts else 0,
+        "first_k_dense": _whole(_first(cfg, "first_k_dense_replace", "first_k_dense", default=0)) if num_experts else 0,
         "q_lora_rank": cfg.get("q_lora_rank"),
         "kv_lora_rank": kv_lora_rank,
         "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
@@ -180,3 +196,59 @@ CORE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "inter
 def missing_core_fields(normalised: Mapping[str, Any]) -> list[str]:
     """Core dimensions a card cannot do without, that the config does not give."""
     return [f for f in CORE_FIELDS if normalised.get(f) is None]
+
+
+# Upper bounds far beyond any published model (the largest bundled: 126 layers, hidden 16384, 512
+# experts, vocab 262k), below what would exhaust memory or time when sizes multiply: a bound catches a
+# typo (`1000000000000` layers) before the estimator allocates per layer. (field, smallest, largest).
+_BOUNDS = (
+    ("hidden_size", 1, 1_000_000), ("num_hidden_layers", 1, 10_000), ("num_attention_heads", 1, 100_000),
+    ("num_key_value_heads", 1, 100_000), ("head_dim", 1, 100_000), ("intermediate_size", 1, 10_000_000),
+    ("vocab_size", 1, 100_000_000), ("max_position_embeddings", 1, 1 << 40), ("num_experts", 0, 100_000),
+    ("num_experts_per_tok", 0, 100_000), ("moe_intermediate_size", 1, 10_000_000), ("num_shared_experts", 0, 10_000),
+    ("shared_expert_intermediate_size", 1, 10_000_000), ("first_k_dense", 0, 10_000), ("q_lora_rank", 1, 1_000_000),
+    ("kv_lora_rank", 1, 1_000_000), ("qk_rope_head_dim", 1, 100_000), ("qk_nope_head_dim", 1, 100_000),
+    ("v_head_dim", 1, 100_000), ("mamba_num_heads", 1, 100_000), ("mamba_head_dim", 1, 100_000),
+    ("mamba_state_dim", 1, 100_000),
+)
+
+
+def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """(field, "why; fix: how") for the first size of a normalised config that is no usable count:
+    not a whole number (a string, a bool, 8.5), out of bounds, or KV heads that do not divide the
+    attention heads; None when every size is usable. Optional sizes may be absent (None)."""
+    for name, low, high in _BOUNDS:
+        value = normalised.get(name)
+        if value is None and name not in CORE_FIELDS:
+            continue
+        if not _is_count(value):
+            kind = (f"{str(value).lower()} (a boolean)" if isinstance(value, bool) else
+                    f"the string {value!r}" if isinstance(value, str) else
+                    "null" if value is None else json.dumps(value) if isinstance(value, (float, list, dict))
+                    else repr(value))[:80]
+            return name, (f"{kind} is not a whole number; fix: write the count as a JSON integer, "
+                          f"e.g. \"{name}\": {_example(name, value)}")
+        if not low <= value <= high:
+            return name, (f"{value:,} is outside {low:,}..{high:,}; fix: write the model's real {name} "
+                          "(its Hugging Face config.json has it)")
+    heads, kv_heads = normalised["num_attention_heads"], normalised["num_key_value_heads"]
+    if heads % kv_heads:
+        return "num_key_value_heads", (f"{kv_heads} does not divide num_attention_heads {heads} (each KV head "
+                                       "serves a whole group of query heads); fix: use a divisor of "
+                                       f"{heads}, e.g. {heads} (multi-head) or 1 (multi-query)")
+    experts = normalised.get("num_experts") or 0
+    if experts and normalised.get("num_experts_per_tok", 0) > experts:
+        return "num_experts_per_tok", (f"{normalised['num_experts_per_tok']} is more than the {experts} experts; "
+                                       "fix: route each token to at most num_experts experts")
+    return None
+
+
+_EXAMPLES = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 128256, "intermediate_size": 14336}
+
+
+def _example(name: str, value: Any) -> int:
+    """The number a bad value meant, where it is plain (`"512"` -> 512), else a typical one."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 12:
+        return int(value)
+    return _EXAMPLES.get(name, 8)

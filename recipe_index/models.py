@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 from pydantic import ValidationError
 
-from recipe_index._hf_names import missing_core_fields, normalise_hf_config
+from recipe_index._hf_names import dimension_problem, missing_core_fields, normalise_hf_config
 from recipe_index.cards import ModelCard
 from recipe_index.errors import ModelConfigError, UnknownModelError, closest_names
 
@@ -75,6 +75,9 @@ def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None
             f"missing {', '.join(missing)}; a causal language model config.json must give them "
             "(for a vision-language model, under text_config)",
         )
+    problem = dimension_problem(fields)
+    if problem is not None:  # before any estimate multiplies a negative, textual or absurd size
+        raise ModelConfigError(source, f"{problem[0]}: {problem[1]}")
     try:
         return ModelCard.model_validate(fields)
     except ValidationError as exc:

@@ -20,21 +20,24 @@ from starlette.concurrency import run_in_threadpool
 from service import api_models as m
 from service.api import ERRORS, JSON, client_error, encode, unusable_yaml_is_400
 from service.changes import diff, summary, verdict
+from service.cli_diff import load_diff_input
 from service.cli_plan import plan_json, request_from_args
+from service.http_limits import StrictRequestRoute
 from service.lookups import lookup_hardware, lookup_model
 from service.memo import Answer, ResponseCache, cached_answer
 from service.planner import PlanError, plan
 from service.recommend import Recommendation, recommend
-from service.yamlio import OverrideError, load_yaml
+from service.yamlio import OverrideError
 
-router = APIRouter(tags=["advise"])
+router = APIRouter(tags=["advise"], route_class=StrictRequestRoute)
 
 CACHE_SIZE = 1024
 responses = ResponseCache(CACHE_SIZE)
 CANNOT_PLAN = {
-    400: {"model": m.ErrorResponse, "description": "A request no layout can serve; the detail says what would."}
+    400: {"model": m.ErrorResponse, "description": "A request no layout can serve (the detail says what would), "
+                                                   "or a JSON body that writes a key twice."}
 }
-PLAN_ERRORS = {**CANNOT_PLAN, 404: ERRORS[404], 413: ERRORS[413]}
+PLAN_ERRORS = {**CANNOT_PLAN, 404: ERRORS[404], 413: ERRORS[413], 415: ERRORS[415]}
 
 
 def request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
@@ -196,7 +199,7 @@ async def recommend_answer(body: m.RecommendBody, config_path: str = "config.yam
 
 def _load(text: str, field: str) -> dict:
     with unusable_yaml_is_400(field):
-        return load_yaml(text, f"<{field}>").data
+        return load_diff_input(text, f"<{field}>")
 
 
 def diff_response(base_text: str, new_text: str) -> m.DiffResponse:
@@ -211,7 +214,7 @@ def diff_response(base_text: str, new_text: str) -> m.DiffResponse:
     response_model=m.DiffResponse,
     summary="Classify every changed key between two configs",
     description="The same as `recipe-advisor diff BASE NEW --format json`, with a one-line verdict.",
-    responses={400: ERRORS[400], 413: ERRORS[413]},
+    responses={400: ERRORS[400], 413: ERRORS[413], 415: ERRORS[415]},
 )
 async def diff_route(body: m.DiffBody) -> Response:
     result = await run_in_threadpool(diff_response, body.base, body.new)

@@ -3,23 +3,27 @@
 A Bridge command must run the experiment the config describes. run_recipe.py rebuilds the recipe
 from its function and applies ``key=value`` overrides of the ConfigContainer, so every convergence
 change and every layout key that differs from the recipe has to be one of those overrides (names
-from reference/mbridge_rules.md and Bridge's docs/megatron-lm-to-megatron-bridge.md). Anything else
-(a precision recipe, another HF model, a LoRA section, uneven pipeline stages, a pipeline the
-recipe's layout table lacks) is not expressible: then no command is emitted and ``bridge_gaps``
-says which keys are why.
+from reference/mbridge_rules.md and Bridge's training/config.py, recipes/common.py). Anything else
+(a precision recipe, another HF model, a LoRA section added to a recipe without one, uneven pipeline
+stages, a pipeline the recipe's layout table lacks) is not expressible: then no command is emitted and
+``bridge_gaps`` says which keys are why, each with its reason (``Gap``).
 
-Values are compared as the trainer reads them (service.changes.diff): a key the config drops
-takes its schema default, and only keys whose effective value changed become overrides.
+What Bridge runs for a key is known where the index recipe states it, or where the index always
+records it (the layout, batch, steps, LR: recipe_index/megatron.py), so that leaving it out means our
+schema default. The index does not record Bridge's schedule, weight decay, betas, clipping or seed
+(``UNRECORDED``): a config that leaves one of those out runs Bridge's own value, and one that writes
+it gets it in the command as written, even when it equals our schema default.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any, Optional
 
 from recipe_index.recipes import RecipeEntry
-from service.changes import MISSING, Change, diff, effective
+from service.changes import MISSING, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
 from trainer.dotted import get_dotted as _get
 
@@ -36,6 +40,9 @@ BRIDGE_KEYS = {
     # Bridge syncs the two flags from the optimizer's, so both are set.
     "distributed.use_distributed_optimizer": "ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer",
     "distributed.use_megatron_fsdp": "ddp.use_megatron_fsdp",
+    # MixedPrecisionConfig.setup() copies its grad_reduce_in_fp32 over the DDP config's at start, so
+    # both are set (as perf_recipes/_common.py's _benchmark_common does).
+    "distributed.grad_reduce_dtype": "ddp.grad_reduce_in_fp32,mixed_precision.grad_reduce_in_fp32",
     "step_scheduler.local_batch_size": "train.micro_batch_size",
     "step_scheduler.global_batch_size": "train.global_batch_size",
     "step_scheduler.max_steps": "train.train_iters",
@@ -47,10 +54,19 @@ BRIDGE_KEYS = {
     "lr_scheduler.schedule": "scheduler.lr_decay_style",
     "lr_scheduler.warmup_steps": "scheduler.lr_warmup_iters",
     "lr_scheduler.decay_steps": "scheduler.lr_decay_iters",
+    # Megatron's OptimizerParamScheduler takes min_lr from the optimizer config (training/optim.py).
     "lr_scheduler.min_lr": "optimizer.min_lr",
     "clip_grad_norm.max_norm": "optimizer.clip_grad",
     "rng.seed": "rng.seed",
+    # Bridge's LoRA/DoRA dataclasses (peft/lora.py): our rank is their dim.
+    "peft.rank": "peft.dim",
+    "peft.alpha": "peft.alpha",
 }
+# Keys the index does not record for a Bridge recipe (shared/reference/mbridge_recipes.json has no field
+# for them): where the base leaves one out, Bridge runs its recipe's value (warmup 2000 in the Llama 3
+# H100 recipes, 500 in _pretrain_common, 50 in _sft_common; seed 1234 or 5678), not our schema default.
+UNRECORDED = {"optimizer.weight_decay", "optimizer.betas", "lr_scheduler.schedule", "lr_scheduler.warmup_steps",
+              "lr_scheduler.decay_steps", "lr_scheduler.min_lr", "clip_grad_norm.max_norm", "rng.seed"}
 # Keys carried by another part of the command: the sequence length override sets the model's too
 # (run_recipe syncs them), Bridge has one dataset config for training and evaluation, and the
 # preset is the --dataset argument.
@@ -60,6 +76,8 @@ CARRIED_BY = {"model.seq_length": "dataset.seq_length", "validation_dataset.seq_
 # Bridge value of a None that means something else (clip_grad 0: no clipping; Megatron-FSDP off).
 NULLABLE = {"distributed.vp_size", "distributed.etp_size", "lr_scheduler.decay_steps"}
 NONE_MEANS = {"clip_grad_norm.max_norm": 0.0, "distributed.use_megatron_fsdp": False}
+# Our values -> Bridge's, where the types differ.
+BRIDGE_VALUES = {"distributed.grad_reduce_dtype": {"fp32": True, "bf16": False}}
 # Recipes whose layout builder knows only a fixed table of (PP, VP) pairs (reference/mbridge_rules.md 3g,
 # recipes/<family>/h100/*.py; DeepSeek-V3's leaves the layout unset for another pair, which its 61
 # layers cannot split evenly); keyed by the index's model id.
@@ -77,53 +95,135 @@ PRETRAINED_CHECKPOINT = ('checkpoint.pretrained_checkpoint="${PRETRAINED_CHECKPO
                          'Megatron checkpoint folder of the base model, as Bridge fine-tuning needs one}"')
 # Megatron-FSDP's own default (no_shard) keeps whole weights; the planner's Megatron-FSDP shards all.
 FSDP_SHARDING = "ddp.data_parallel_sharding_strategy=optim_grads_params"
+# Offline packing (the index's dataset.packed_sequence: _sft_common/_peft_common) packs to a size and pads
+# to a multiple the recipe sets from its own sequence length and CP; a command that moves either sets
+# both, as the recipes do and as run_recipe.py's sync_offline_packing_alignment() recomputes them
+# (pinned Bridge 067f987: offline_packing_specs; older checkouts spelt it packed_sequence_specs).
+PACKING_SPECS = "dataset.offline_packing_specs"
 # RA-L011's fix names the Megatron settings an uneven pipeline split needs.
 _SPLIT_SETTING = re.compile(r"\b(num_layers_in_(?:first|last)_pipeline_stage|account_for_\w+_in_pipeline_split)=")
 
+WARMUP, DECAY = "lr_scheduler.warmup_steps", "lr_scheduler.decay_steps"
 
-def _changed_values(changes: list[Change], config: dict) -> tuple[dict[str, Any], list[str]]:
-    """(mapped key -> the value the command must set, mapped keys it cannot set) from the config's changes:
-    every mapped key whose effective value differs from the recipe's; a dropped key stands for its
-    schema default."""
-    values, gaps = {}, []
-    for change in changes:
-        key = change.key
-        if key not in BRIDGE_KEYS:
-            continue
-        value = change.new if change.new is not MISSING else effective(config, key)
-        if value is MISSING:  # dropped, and no default the trainer would read: Bridge keeps the recipe's
-            gaps.append(key)
+
+class Gap(str):
+    """A config key the Bridge command cannot carry; ``reason`` says why when it is not simply that
+    run_recipe.py has no ``key=value`` override for it."""
+
+    reason: Optional[str]
+
+    def __new__(cls, key: str, reason: Optional[str] = None) -> "Gap":
+        gap = super().__new__(cls, key)
+        gap.reason = reason
+        return gap
+
+
+def _dropped(key: str, recipe_value: Any) -> Gap:
+    """A key the config leaves out (a whole-section override, say) with no default Bridge can take."""
+    return Gap(key, f"the config leaves it out where the recipe has {_text(recipe_value)}, so there is no value to "
+                    f"give Bridge (which would keep {_text(recipe_value)}); write it back (--{key} "
+                    f"{_text(recipe_value)}, or keep it in the section you override) or set the value you want")
+
+
+_DECAY_WITHOUT_WARMUP = (
+    "it counts the steps after the warmup, Bridge's scheduler.lr_decay_iters the steps from 0, and the "
+    "config does not state lr_scheduler.warmup_steps (Bridge runs its recipe's warmup, which the index does "
+    "not record); add --lr_scheduler.warmup_steps N with the warmup you want")
+_PRESET_MIXED_PRECISION = (
+    "Bridge's library recipes name a mixed-precision preset (mixed_precision: bf16_mixed), whose "
+    "grad_reduce_in_fp32 MixedPrecisionConfig.setup() copies over ddp.grad_reduce_in_fp32 at start, and "
+    "run_recipe.py cannot override a field of a preset name; set it in the recipe function "
+    "(cfg.mixed_precision = get_mixed_precision_config(...) with grad_reduce_in_fp32=False), or start from "
+    "a Bridge performance recipe")
+
+
+def _mixed_precision_is_a_config(base: dict) -> bool:
+    """Bridge's performance recipes set ``cfg.mixed_precision = _perf_precision(...)``, a config whose
+    fields take overrides; library recipes leave the preset's name (recipes/common.py)."""
+    return _get(base, "metadata.kind") == "benchmark"
+
+
+def _command_values(base: dict, config: dict) -> tuple[dict[str, Any], list[Gap]]:
+    """(mapped key -> the value the command must set, mapped keys it cannot set).
+
+    Where Bridge's value is known (the base states the key, or the index always records it), a key
+    whose value as the trainer reads it differs is set; a dropped one stands for its schema default.
+    Where it is not (``UNRECORDED``), a value the config writes is set as written."""
+    left, right = flatten(base), flatten(config)
+    values: dict[str, Any] = {}
+    gaps: list[Gap] = []
+    for key in BRIDGE_KEYS:
+        written = right.get(key, MISSING)
+        if key in UNRECORDED and key not in left:
+            if written is MISSING:
+                continue  # the config does not state it: Bridge's recipe value runs, as it should
+            value = written
+        else:
+            if same_value(effective(base, key), effective(config, key)):
+                continue
+            value = written if written is not MISSING else effective(config, key)
+            if value is MISSING or (written is MISSING and value is None and key not in NULLABLE | NONE_MEANS.keys()):
+                # Dropped, and no default Bridge can take: Bridge would keep the recipe's value.
+                gaps.append(_dropped(key, left.get(key, MISSING)))
+                continue
+        if key.startswith("peft.") and not isinstance(base.get("peft"), dict):
+            gaps.append(Gap(key))  # the recipe has no LoRA to set it on
+        elif key == "distributed.grad_reduce_dtype" and not _mixed_precision_is_a_config(base):
+            gaps.append(Gap(key, _PRESET_MIXED_PRECISION))
         elif value is None and key not in NULLABLE:
             if key in NONE_MEANS:
                 values[key] = NONE_MEANS[key]
             else:
-                gaps.append(key)
+                gaps.append(Gap(key, "the config sets it to null, which has no Bridge value; set one"))
+        elif key == DECAY and value is not None and _warmup(base, config) is None:
+            gaps.append(Gap(key, _DECAY_WITHOUT_WARMUP))
         else:
             values[key] = value
     return values, gaps
 
 
-def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[str]:
+def _warmup(base: dict, config: dict) -> Optional[int]:
+    """The warmup the config trains with, where it is known: the config's own, else (a warmup the base
+    states and the config drops) the schema's; None when Bridge's unrecorded recipe warmup runs."""
+    if _get(config, WARMUP) is None and _get(base, WARMUP) is None:
+        return None
+    warmup = effective(config, WARMUP)
+    return warmup if isinstance(warmup, int) else None
+
+
+def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[Gap]:
     """Keys the config needs that run_recipe.py cannot take as ``key=value`` overrides of the recipe:
-    changed convergence and layout (``distributed.*``) keys without a Bridge override, mapped keys the
-    config clears without a Bridge equivalent, the pipeline-split settings an RA-L011 finding asks for,
-    and a pipeline the recipe's layout builder cannot place."""
+    changed convergence and layout (``distributed.*``, Bridge's own ``model.*`` parallel sizes) keys
+    without a Bridge override, mapped keys the config clears or states in a form Bridge cannot take, a
+    dataset preset the config drops, the pipeline-split settings an RA-L011 finding asks for, and a
+    pipeline the recipe's layout builder cannot place."""
     # metadata.* is recommend's own description of the config: --recipe comes from the base recipe,
     # and the precision itself is the `precision` key, so a rewritten label is no gap.
-    changes = diff(base, config)
-    gaps = [c.key for c in changes
-            if (c.layer == "convergence" or c.key.startswith("distributed."))
-            and c.key not in BRIDGE_KEYS and c.key not in CARRIED_BY and not c.key.startswith("metadata.")]
-    gaps += _changed_values(changes, config)[1]
+    left = flatten(base)
+    gaps: list[Gap] = []
+    for change in diff(base, config):
+        if change.key == "dataset.preset" and change.new in (MISSING, None):
+            # --dataset would name the recipe's (or the goal's) preset, not the config's none.
+            gaps.append(_dropped(change.key, change.old) if change.new is MISSING else
+                        Gap(change.key, f"the config sets no preset, so there is no dataset to give run_recipe.py "
+                                        f"--dataset; set one (the recipe has {_text(change.old)})"))
+        elif ((change.layer == "convergence" or change.key.startswith("distributed.")
+               or is_parallel_layout_key(change.key))
+              and change.key not in BRIDGE_KEYS and change.key not in CARRIED_BY
+              and not change.key.startswith("metadata.")):
+            dropped = change.new is MISSING and change.key in left
+            gaps.append(_dropped(change.key, change.old) if dropped else Gap(change.key))
+    gaps += _command_values(base, config)[1]
     for finding in findings:
         if finding.code == "RA-L011":
-            gaps += _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
+            settings = _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
+            gaps += [Gap(setting) for setting in settings]
     stages = _stages(config)
     table = PIPELINE_LAYOUT_TABLES.get(str(_get(config, "metadata.model")))
     placed_by_recipe = table is not None or _get(base, "distributed.pipeline_layout") is not None
     if stages != _stages(base) and placed_by_recipe and stages not in (table or ()):
-        gaps.append(f"model.pipeline_model_parallel_layout (a layout string for PP {stages[0]} x VP {stages[1]}, "
-                    "which the recipe's layout builder does not have and this advisor does not write)")
+        gaps.append(Gap(f"model.pipeline_model_parallel_layout (a layout string for PP {stages[0]} x VP {stages[1]}, "
+                        "which the recipe's layout builder does not have and this advisor does not write)"))
     return list(dict.fromkeys(gaps))
 
 
@@ -137,12 +237,26 @@ def _text(value: Any) -> str:
     return ("True" if value else "False") if isinstance(value, bool) else str(value)
 
 
+def _packing(config: dict) -> list[str]:
+    """Offline packing's size and pad multiple for the config's sequence length and layout:
+    lcm(2*CP when CP > 1, TP*CP with SP and TP > 1) (mbridge_rules.md 2, the runner's post-processing)."""
+    seq = _get(config, "dataset.seq_length")
+    tp, cp = _get(config, "distributed.tp_size") or 1, _get(config, "distributed.cp_size") or 1
+    pad = math.lcm(2 * cp if cp > 1 else 1, tp * cp if _get(config, "distributed.sequence_parallel") and tp > 1 else 1)
+    return ([f"{PACKING_SPECS}.packed_sequence_size={seq}"] if seq else []) + [f"{PACKING_SPECS}.pad_seq_to_mult={pad}"]
+
+
 def bridge_overrides(base: dict, config: dict) -> list[str]:
-    """`key=value` overrides of run_recipe.py for every mapped key whose value differs from the recipe's."""
-    values, _ = _changed_values(diff(base, config), config)
+    """`key=value` overrides of run_recipe.py for every mapped key whose value Bridge would not run
+    otherwise (see ``_command_values``); never a value the config does not state or imply."""
+    values, _ = _command_values(base, config)
     out = []
     for ours, value in values.items():
         theirs = BRIDGE_KEYS[ours].split(",")
+        if ours in BRIDGE_VALUES:
+            value = BRIDGE_VALUES[ours].get(value, value)
+        if ours == "peft.alpha" and isinstance(value, float) and value.is_integer():
+            value = int(value)  # Bridge's LoRA alpha is an int
         if ours == "distributed.activation_checkpointing":
             if effective(base, ours) == "full":  # Megatron-Core refuses a method or layer count without it
                 out += ["model.recompute_method=null", "model.recompute_num_layers=null"]
@@ -155,13 +269,15 @@ def bridge_overrides(base: dict, config: dict) -> list[str]:
             if isinstance(value, (list, tuple)) and len(value) == len(theirs):
                 out += [f"{key}={_text(item)}" for key, item in zip(theirs, value)]
             continue
-        if ours == "lr_scheduler.decay_steps" and value is not None:
-            # Ours counts the steps after warmup; Megatron's lr_decay_iters is the step decay ends at.
-            warmup = effective(config, "lr_scheduler.warmup_steps")
-            warmup = warmup if isinstance(warmup, int) else 0
+        if ours == DECAY and value is not None:
+            # Ours counts the steps after warmup; Megatron's lr_decay_iters is the step decay ends at,
+            # so the warmup it is counted from is pinned too (_command_values has made sure it is known).
+            warmup = _warmup(base, config)
             out += [f"scheduler.lr_warmup_iters={warmup}", f"{theirs[0]}={value + warmup}"]
             continue
         out += [f"{key}={_text(value)}" for key in theirs]
+    if _get(config, "dataset.packed_sequence"):
+        out += [spec for spec in _packing(config) if spec not in _packing(base)]
     return [shlex.quote(o) for o in dict.fromkeys(out)]
 
 
@@ -176,6 +292,11 @@ def bridge_recipe_name(base: dict, recipe: Optional[RecipeEntry]) -> Optional[st
 
 
 def gaps_note(recipe_name: str, gaps: list[str]) -> str:
-    return (f"no Megatron Bridge command: run_recipe.py --recipe {recipe_name} cannot take "
-            f"{', '.join(gaps)} as key=value overrides, so it would run a different experiment than this "
-            "config; start from a Bridge recipe that already has them, or edit the recipe function")
+    """Why there is no Bridge command: the keys run_recipe.py has no override for, then each other
+    gap with its own reason and fix."""
+    unmapped = [g for g in gaps if not getattr(g, "reason", None)]
+    parts = [f"run_recipe.py --recipe {recipe_name} cannot take {', '.join(unmapped)} as key=value overrides "
+             "(start from a Bridge recipe that already has them, or edit the recipe function)"] if unmapped else []
+    parts += [f"{gap}: {gap.reason}" for gap in gaps if getattr(gap, "reason", None)]
+    return ("no Megatron Bridge command, because it would run a different experiment than this config: "
+            + "; ".join(parts))

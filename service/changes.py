@@ -7,11 +7,13 @@ Change Control"):
   tokenizer, masking and packing, sequence length, global batch and token budget, objective,
   MoE routing and token dropping, optimizer and schedule, clipping, precision, PEFT settings.
   Changing one is a new experiment.
-* **execution**: hardware, TP/PP/VP/CP/EP/ETP/DP/SP, recompute and offload, distributed
-  optimizer / FSDP, overlap, fusions, attention backends, CUDA graphs, compilation,
-  checkpoint I/O, MoE transport (all-to-all, DeepEP, HybridEP). Micro batch and gradient
-  accumulation are execution only while the global batch is unchanged.
-* **benchmark-only**: mock data, forced load balancing, disabled correctness checks,
+* **execution**: hardware, TP/PP/VP/CP/EP/ETP/DP/SP (Megatron Bridge's `model.*_parallel_size`
+  and pipeline-split spellings too), recompute and offload, distributed optimizer / FSDP,
+  overlap, fusions, attention backends, CUDA graphs, compilation, checkpoint I/O (not what is
+  loaded: base weights, optimizer and RNG state are the starting point), MoE transport
+  (all-to-all, DeepEP, HybridEP), profilers and timers, a correctness check turned on. Micro
+  batch and gradient accumulation are execution only while the global batch is unchanged.
+* **benchmark-only**: mock data, forced load balancing, correctness checks turned off,
   timing-only schedules. Their losses are not convergence evidence.
 
 Packing, precision (the gradient reduce dtype included), forced MoE balancing, token dropping/capacity and router or auxiliary-loss
@@ -23,6 +25,7 @@ default (trainer/config.py), so writing a default out is no change.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -39,12 +42,31 @@ MISSING = "<absent>"
 _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capacity|router|aux_loss|z_loss|"
                                 r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|"
                                 r"grad_reduce_dtype|grad_reduce_in_fp32", re.IGNORECASE)
+# Correctness checks: turning one off is a benchmark shortcut, turning one on only watches the run.
+_CHECK_WORDS = re.compile(r"check_for_|nan_check|rerun_mode", re.IGNORECASE)
+_OFF_VALUES = {"", "disabled", "none", "off", "false", "0"}
+# Instruments that record the run (profilers, timers): the losses are unchanged.
+_INSTRUMENT_WORDS = re.compile(r"profil|timing|timers", re.IGNORECASE)
 # Shortcuts that make a run a benchmark only.
-_BENCHMARK_WORDS = re.compile(r"force_load_balanc|check_for_nan|nan_check|check_for_spiky|rerun_state_machine|"
-                              r"timing|profil|exit_interval|skip_train|benchmark", re.IGNORECASE)
+_BENCHMARK_WORDS = re.compile(r"force_load_balanc|rerun_state_machine|exit_interval|skip_train|benchmark",
+                              re.IGNORECASE)
 # Kernel choices: same math, other kernels. They win over the convergence words, whose `mask` or
 # `router` would otherwise claim masked_softmax_fusion or moe_router_fusion.
 _KERNEL_WORDS = re.compile(r"fusion|fused|grouped_gemm", re.IGNORECASE)
+# Megatron Bridge's own spellings of the parallel layout (model.tensor_model_parallel_size, ...,
+# model.pipeline_model_parallel_layout, model.num_layers_in_first_pipeline_stage, RA-L011's fix):
+# they sit under `model` but are the hardware mapping, as distributed.tp_size is.
+_LAYOUT_WORDS = re.compile(r"parallel_size|parallel_sizes|pipeline_model_parallel_layout|_pipeline_stage$|"
+                           r"in_pipeline_split$|^sequence_parallel$|microbatch_group_size_per_vp_stage|"
+                           r"^cp_comm_type$", re.IGNORECASE)
+# What a run starts from (seed: "the starting checkpoint"): other weights or a fresh optimizer or RNG
+# state are another experiment, though Bridge files them under `checkpoint` beside checkpoint I/O.
+_STARTING_POINT = {
+    "checkpoint.pretrained_checkpoint": "the starting checkpoint: other base weights are another experiment",
+    "checkpoint.load_optim": "whether the optimizer state is loaded: a fresh optimizer state trains differently",
+    "checkpoint.load_rng": "whether the RNG state is loaded: other seeds and dropout masks",
+    "checkpoint.finetune": "finetune resets the iteration and optimizer state it loads",
+}
 # Index metadata is not read by the trainer, except these: the FP8 recipe (current scaling, MXFP8, ...)
 # is precision, and megatron_recipe is the function run_recipe.py --recipe builds the run from.
 _CONVERGENCE_METADATA = {
@@ -76,8 +98,9 @@ _SECTION_LAYER = (
     ("compile", "execution"),
     ("checkpoint", "execution"),
     ("metadata", "execution"),
-    # What is logged, and whether LoRA is saved merged: the trained weights are the same.
+    # What is logged or profiled, and whether LoRA is saved merged: the trained weights are the same.
     ("logger", "execution"),
+    ("profiling", "execution"),
     ("peft.merge_on_save", "execution"),
     ("validation_dataset", "convergence"),
     ("dataset", "convergence"),
@@ -125,37 +148,129 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _is_mock(value: Any) -> bool:
-    return isinstance(value, str) and "mock" in value.lower()
+@dataclass(frozen=True)
+class _Edit:
+    """One changed key as the rules below see it."""
+    key: str
+    old: Any
+    new: Any
+    global_batch_changed: bool
+
+    @property
+    def leaf(self) -> str:
+        return self.key.rsplit(".", 1)[-1]
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0]
+
+
+Ruling = Optional[tuple[str, str]]
+
+
+def _metadata(e: _Edit) -> Ruling:
+    if e.key in _CONVERGENCE_METADATA:
+        return "convergence", _CONVERGENCE_METADATA[e.key]
+    if e.section == "metadata":
+        return "execution", "index metadata: not read by the trainer"
+    return None
+
+
+def _starting_point(e: _Edit) -> Ruling:
+    return ("convergence", _STARTING_POINT[e.key]) if e.key in _STARTING_POINT else None
+
+
+def _mock_data(e: _Edit) -> Ruling:
+    # Only a config that trains on mock data is a benchmark; mock -> real data is a data change.
+    mock = isinstance(e.new, str) and "mock" in e.new.lower()
+    if e.section in ("dataset", "validation_dataset") and mock and e.leaf in ("_target_", "preset"):
+        return "benchmark-only", "mock data: the run measures throughput, its loss is not convergence evidence"
+    return None
+
+
+def _is_on(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in _OFF_VALUES
+    return value is not MISSING and bool(value)
+
+
+def _correctness_check(e: _Edit) -> Ruling:
+    if not _CHECK_WORDS.search(e.leaf):
+        return None
+    if _is_on(e.new):
+        return "execution", "a correctness check turned on: it watches the run, the losses are unchanged"
+    return "benchmark-only", "a correctness check turned off (or left to an unknown default): " + _REASONS[
+        "benchmark-only"]
+
+
+def _instrumentation(e: _Edit) -> Ruling:
+    if _INSTRUMENT_WORDS.search(e.leaf):
+        return "execution", "profiling or timing: it records the run, the losses are unchanged"
+    return None
+
+
+def _benchmark_shortcut(e: _Edit) -> Ruling:
+    return ("benchmark-only", _REASONS["benchmark-only"]) if _BENCHMARK_WORDS.search(e.key) else None
+
+
+def _micro_batch(e: _Edit) -> Ruling:
+    if e.key not in ("step_scheduler.local_batch_size", "step_scheduler.grad_accumulation_steps"):
+        return None
+    if e.global_batch_changed:
+        return "convergence", "micro batch changed together with the global batch: the updates differ"
+    return "execution", ("micro batch / accumulation with the global batch unchanged: same updates, "
+                         "validate fresh loss sentinels for the new layout")
+
+
+def is_parallel_layout_key(key: str) -> bool:
+    """A parallel-layout setting in any spelling, Megatron Bridge's included
+    (``model.tensor_model_parallel_size``, ``model.num_layers_in_first_pipeline_stage``, ...)."""
+    return bool(_LAYOUT_WORDS.search(key.rsplit(".", 1)[-1]))
+
+
+def _parallel_layout(e: _Edit) -> Ruling:
+    if is_parallel_layout_key(e.key):
+        return "execution", "the parallel layout (Megatron Bridge spelling): " + _REASONS["execution"]
+    return None
+
+
+def _kernel(e: _Edit) -> Ruling:
+    if _KERNEL_WORDS.search(e.leaf):
+        return "execution", "a kernel choice (fusion, grouped GEMM): " + _REASONS["execution"]
+    return None
+
+
+def _never_execution_only(e: _Edit) -> Ruling:
+    if _CONVERGENCE_WORDS.search(e.leaf) or e.key == "precision":
+        return "convergence", "never execution-only (seed): " + _REASONS["convergence"]
+    return None
+
+
+def _execution_knob(e: _Edit) -> Ruling:
+    if e.section != "distributed" and _EXECUTION_WORDS.search(e.leaf):
+        return "execution", _REASONS["execution"]
+    return None
+
+
+def _by_section(e: _Edit) -> Ruling:
+    for prefix, layer in _SECTION_LAYER:
+        if e.key == prefix or e.key.startswith(prefix + "."):
+            return layer, _REASONS[layer]
+    return None
+
+
+# First rule with an answer wins; the order is the precedence.
+_RULES = (_metadata, _starting_point, _mock_data, _correctness_check, _instrumentation, _benchmark_shortcut,
+          _micro_batch, _parallel_layout, _kernel, _never_execution_only, _execution_knob, _by_section)
 
 
 def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False) -> tuple[str, str]:
-    """(layer, reason) of one changed key."""
-    leaf = key.rsplit(".", 1)[-1]
-    section = key.split(".", 1)[0]
-    if key in _CONVERGENCE_METADATA:
-        return "convergence", _CONVERGENCE_METADATA[key]
-    if section == "metadata":
-        return "execution", "index metadata: not read by the trainer"
-    # Only a config that trains on mock data is a benchmark; mock -> real data is a data change.
-    if section in ("dataset", "validation_dataset") and _is_mock(new) and leaf in ("_target_", "preset"):
-        return "benchmark-only", "mock data: the run measures throughput, its loss is not convergence evidence"
-    if _BENCHMARK_WORDS.search(key):
-        return "benchmark-only", _REASONS["benchmark-only"]
-    if key in ("step_scheduler.local_batch_size", "step_scheduler.grad_accumulation_steps"):
-        if global_batch_changed:
-            return "convergence", "micro batch changed together with the global batch: the updates differ"
-        return "execution", ("micro batch / accumulation with the global batch unchanged: same updates, "
-                             "validate fresh loss sentinels for the new layout")
-    if _KERNEL_WORDS.search(leaf):
-        return "execution", "a kernel choice (fusion, grouped GEMM): " + _REASONS["execution"]
-    if _CONVERGENCE_WORDS.search(leaf) or key == "precision":
-        return "convergence", "never execution-only (seed): " + _REASONS["convergence"]
-    if section != "distributed" and _EXECUTION_WORDS.search(leaf):
-        return "execution", _REASONS["execution"]
-    for prefix, layer in _SECTION_LAYER:
-        if key == prefix or key.startswith(prefix + "."):
-            return layer, _REASONS[layer]
+    """(layer, reason) of one changed key: the first of ``_RULES`` that has an answer."""
+    edit = _Edit(key, old, new, global_batch_changed)
+    for rule in _RULES:
+        found = rule(edit)
+        if found is not None:
+            return found
     return "convergence", "unknown key: treated as convergence until shown otherwise"
 
 
@@ -220,15 +335,27 @@ def effective(config: dict, key: str) -> Any:
     return _effective(flatten(config), key)
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b``, except that NaN equals NaN (also inside lists and mappings): a config that writes
+    ``.nan`` twice says the same thing twice."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
 def diff(base: dict, new: dict) -> list[Change]:
     """Every key whose value, schema defaults applied, differs between two configs, with its layer,
     in key order. ``old``/``new`` are as written (MISSING where a config leaves the key out)."""
     left, right = flatten(base), flatten(new)
     gbs_key = "step_scheduler.global_batch_size"
-    gbs_changed = _effective(left, gbs_key) != _effective(right, gbs_key)
+    gbs_changed = not same_value(_effective(left, gbs_key), _effective(right, gbs_key))
     changes = []
     for key in sorted(set(left) | set(right)):
-        if _effective(left, key) == _effective(right, key):
+        if same_value(_effective(left, key), _effective(right, key)):
             continue
         old, new_value = left.get(key, MISSING), right.get(key, MISSING)
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)

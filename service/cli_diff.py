@@ -7,31 +7,54 @@ import json
 import sys
 
 from service.changes import diff, summary, verdict
-from service.yamlio import YamlError, load_yaml, read_file
+from service.yamlio import MAX_BYTES, YamlError, decode, load_yaml, read_file
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
+STDIN = "-"  # as `validate -`: `recipe-advisor recommend ... | recipe-advisor diff base.yaml -`
 
 
 def add_parser(subparsers, name: str) -> None:
     p = subparsers.add_parser(name, help="classify every changed key between two configs",
                               description="List every key that differs between BASE and NEW, each as convergence, "
                                           "execution or benchmark-only (seeds/mbridge-recipe-recommender.md). "
+                                          "Either one (not both) may be - to read it from stdin. "
                                           "Exit 0; 2 when a file cannot be read as a config.")
-    p.add_argument("base", metavar="BASE", help="the reference config (e.g. the recipe)")
-    p.add_argument("new", metavar="NEW", help="the changed config")
+    p.add_argument("base", metavar="BASE", help="the reference config (e.g. the recipe); - reads stdin")
+    p.add_argument("new", metavar="NEW", help="the changed config; - reads stdin")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=run)
 
 
+def load_diff_input(text: str, path: str) -> dict:
+    """One side of a diff as data. A key written twice is refused at its position (validate reports it
+    as RA-C003): YAML would keep the last value silently, and the diff would compare a value the author
+    may not have meant."""
+    doc = load_yaml(text, path)
+    if doc.duplicates:
+        key, line, column = doc.duplicates[0]
+        more = f" ({len(doc.duplicates) - 1} more duplicate key(s) after it)" if len(doc.duplicates) > 1 else ""
+        raise YamlError(f"RA-C003: `{key}` is set twice; YAML would silently keep the last value{more}",
+                        path=path, line=line, column=column, fix="delete one of the two")
+    return doc.data
+
+
 def _load(path: str) -> dict:
+    if path == STDIN:
+        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # no further: "over the limit" is all that is known
+        return load_diff_input(decode(raw, "<stdin>"), "<stdin>")
     try:
-        return load_yaml(read_file(path), path).data
+        text = read_file(path)
     except OSError as err:
         raise YamlError(f"cannot read file: {err.strerror or err}", path=path,
                         fix="check the path and permissions") from None
+    return load_diff_input(text, path)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.base == STDIN and args.new == STDIN:
+        print("error: BASE and NEW are both - (stdin holds one config): pass at least one of them as a file",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
     try:
         base, new = _load(args.base), _load(args.new)
     except YamlError as err:

@@ -40,9 +40,20 @@ def add_parser(subparsers, name: str) -> None:
                                           "rules, estimate memory and step time, rank what fits by tokens/s. "
                                           "Exit 0; 2 on unusable input.")
     add_request_arguments(p)
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"layouts to show (default {DEFAULT_TOP}; 0: all)")
+    p.add_argument("--top", type=_top, default=DEFAULT_TOP, help=f"layouts to show (default {DEFAULT_TOP}; 0: all)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=run)
+
+
+def _top(text: str) -> int:
+    """--top: how many rows; 0 shows all of them, a negative count is no count (the API refuses it too)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give e.g. --top 10, or 0 for all") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give a count of layouts to show, or 0 for all")
+    return value
 
 
 def request_from_args(args: argparse.Namespace) -> PlanRequest:
@@ -89,9 +100,11 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      f"{row.dp:>5} {lay.micro_batch_size:>3} {row.grad_accumulation_steps:>5} {lay.recompute:<9} "
                      f"{row.sharding:<9} {row.memory.total:>7.1f} {t.step_time_s:>8.2f} "
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit"))
-    not_fitting = [r for r in rows if not r.fits]
-    if not_fitting:
-        lines += ["", f"does not fit: {result.why_not_fitting(not_fitting[0])}"]
+    not_fitting = [i for i, r in enumerate(rows, 1) if not r.fits]
+    if not_fitting:  # about those rows only: others above may fit
+        first = not_fitting[0]
+        lines += ["", f"{len(not_fitting)} of the {len(rows)} rows shown are marked \"does not fit\"; "
+                      f"row {first}: {result.why_not_fitting(rows[first - 1])}"]
     counts = gpus_that_fit(result)
     if not result.layouts:
         works = f"; {' or '.join(map(str, counts))} GPUs of that type work" if counts else ""

@@ -7,14 +7,27 @@ make the server buffer more than ``max_body_bytes``.
 
 ``SecurityHeadersMiddleware`` adds the headers a browser needs to treat the
 HTML pages as inert data: no sniffing, no framing, scripts only from /static.
+
+``StrictRequestRoute`` is the route class of the API routers: it refuses, before
+the endpoint runs, what FastAPI would otherwise read silently: a query parameter
+the route does not declare or one given twice (422), a JSON body with a key
+written twice (400; JSON keeps the last), and a JSON-model body sent under
+another content type (415, instead of "Input should be a valid dictionary").
 """
 
 from __future__ import annotations
 
 import json
+import types
+import typing
 from html import escape
+from typing import Any, Callable, Coroutine, Optional
 
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a recipe YAML is a few KiB; the biggest bundled one is far below this
@@ -147,3 +160,107 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+# ------------------------------------------------------------------ strict requests
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
+
+
+def _takes_many(field: Any) -> bool:
+    """A query parameter declared as a list (``?tag=a&tag=b``); every other one takes one value."""
+    annotation = field.field_info.annotation
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # Optional[X] and X | None
+    options = typing.get_args(annotation) if union else (annotation,)
+    return any(typing.get_origin(t) in (list, set, tuple, frozenset) for t in options)
+
+
+class _Pairs(dict):
+    """A JSON object as parsed, remembering the keys its text wrote more than once."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
+    obj, seen, repeated = _Pairs(pairs), set(), []
+    for key, _ in pairs:
+        if key in seen and key not in repeated:
+            repeated.append(key)
+        seen.add(key)
+    obj.repeated = tuple(repeated)
+    return obj
+
+
+def repeated_json_key(body: bytes) -> Optional[str]:
+    """The dotted path of the first key a JSON body writes twice, else None. A body that is not JSON
+    at all is None too: the body parser answers that with its own error."""
+    try:
+        root = json.loads(body, object_pairs_hook=_pairs)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:  # iterative: nesting depth is the client's choice
+        path, node = stack.pop()
+        if isinstance(node, _Pairs) and node.repeated:
+            return f"{path}.{node.repeated[0]}" if path else node.repeated[0]
+        if isinstance(node, dict):
+            children = [(f"{path}.{key}" if path else key, value) for key, value in node.items()]
+        elif isinstance(node, list):
+            children = [(f"{path}[{i}]", value) for i, value in enumerate(node)]
+        else:
+            children = []
+        stack.extend(reversed(children))  # depth first, in the order the body wrote them
+    return None
+
+
+def _error_body(detail: str, field: str) -> dict:
+    return {"detail": detail, "field": field, "suggestions": []}
+
+
+class StrictRequestRoute(APIRoute):
+    """An API route that refuses unknown or repeated query parameters, repeated JSON keys and a
+    JSON-model body under a non-JSON content type (see the module docstring)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+        fields, stack = {}, [self.dependant]
+        while stack:
+            dependant = stack.pop()
+            fields.update({f.alias: f for f in dependant.query_params})
+            stack.extend(dependant.dependencies)
+        takes_json_model = self.body_field is not None
+
+        async def strict_handler(request: Request) -> Response:
+            self._check_query(request, fields)
+            media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            body = await request.body()
+            if takes_json_model and body and not _is_json(media_type):
+                sent = f"content type {media_type!r} is" if media_type else "a body without a content type is"
+                raise HTTPException(415, _error_body(
+                    f"{sent} not accepted here: send the body as JSON with `Content-Type: application/json`",
+                    "content-type"))
+            if body and _is_json(media_type):
+                key = repeated_json_key(body)
+                if key is not None:
+                    raise HTTPException(400, _error_body(
+                        f"the JSON body sets `{key}` twice, and JSON would silently keep only the last value; "
+                        "fix: send each key once", key))
+            return await handle(request)
+
+        return strict_handler
+
+    @staticmethod
+    def _check_query(request: Request, fields: dict[str, Any]) -> None:
+        errors = []
+        for name in dict.fromkeys(request.query_params.keys()):
+            if name not in fields:
+                known = ", ".join(sorted(fields)) or "none"
+                errors.append({"loc": ("query", name), "type": "extra_forbidden", "input": None,
+                               "msg": f"unknown query parameter; this endpoint takes: {known}"})
+            elif len(request.query_params.getlist(name)) > 1 and not _takes_many(fields[name]):
+                errors.append({"loc": ("query", name), "type": "too_many_values", "input": None,
+                               "msg": "given more than once; give it once (the value is not a list)"})
+        if errors:  # a misspelt parameter would otherwise be ignored, a repeated one silently take the last
+            raise RequestValidationError(errors)

@@ -18,34 +18,30 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional, Union
 
 import yaml
 
-from recipe_index import get_hardware, load_recipe_text, resolve_model
+from recipe_index import get_hardware, resolve_model
 from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
 from service.bridge_command import bridge_gaps, bridge_recipe_name, gaps_note
-from service.launch_commands import DATASET_PRESET, render_commands
-from service.planner import (Plan, PlanError, PlannedLayout, explicit_layouts, make_request,
-                             needs_explicit_layout, plan)
+from service.launch_commands import render_commands
+from service.planner import Plan, PlanError, PlannedLayout, make_request, plan
 from service.recipe_choice import choose_recipe
+from service.recommend_config import base_config, build_config
 from service.request_overrides import request_fields
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
-from service.yamlio import apply_overrides, load_yaml
 from trainer.capabilities import CAPABILITIES, supports_precision
-from trainer.dotted import get_dotted as _get, set_dotted
-from trainer.fast_paths import default_fast_paths
-from trainer.model_checks import SINGLE_FILE, has_hf_weights
+from trainer.dotted import get_dotted as _get
 
-# LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
-LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0},
-        "bundled": {"method": "lora", "rank": 8, "alpha": 16.0}}
+# Half precisions a CPU without native units (AVX512-BF16/AMX) emulates, slower than fp32: the trainer
+# warns about them (trainer/fused/runtime.py cpu_precision_warning), so recommend does not advise them.
+CPU_EMULATED = ("bf16", "fp16")
 
 
 class Impossible(PlanError):
@@ -95,56 +91,6 @@ class Recommendation:
         }
 
 
-# ---------------------------------------------------------------- config
-
-
-def _set(data: dict, dotted: str, value) -> None:
-    """Set a dotted key; None removes it, so the engine's default applies."""
-    set_dotted(data, dotted, value, none_removes=True)
-
-
-def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None:
-    lay, req = row.layout, request
-    dist = {"strategy": row.strategy, "tp_size": lay.tp, "pp_size": lay.pp, "vp_size": lay.vp, "cp_size": lay.cp,
-            "ep_size": lay.ep, "etp_size": lay.etp if (lay.ep > 1 or lay.etp != lay.tp) else None,
-            "sequence_parallel": lay.sp, "activation_checkpointing": lay.recompute,
-            "grad_reduce_dtype": req.grad_reduce_dtype}
-    if engine == "megatron":
-        explicit = needs_explicit_layout(req, lay) and explicit_layouts(req.model.id)
-        dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
-        dist["use_distributed_optimizer"] = row.sharding in ("optimizer", "full")
-        dist["use_megatron_fsdp"] = True if row.sharding == "full" else None
-    else:
-        dist["use_distributed_optimizer"] = dist["use_megatron_fsdp"] = None
-    defaults = {"pp_size": 1, "vp_size": None, "cp_size": 1, "ep_size": 1, "etp_size": None,
-                "grad_reduce_dtype": "fp32"}
-    for key, value in dist.items():
-        if _get(config, f"distributed.{key}") is None and defaults.get(key, object()) == value:
-            continue  # leave schema defaults out rather than list them as changes
-        _set(config, f"distributed.{key}", value)
-    _set(config, "step_scheduler.local_batch_size", lay.micro_batch_size)
-    _set(config, "step_scheduler.global_batch_size", req.global_batch_size)
-    _set(config, "dataset.seq_length", req.seq_length)
-    if _get(config, "model.seq_length") is not None:
-        _set(config, "model.seq_length", req.seq_length)
-    if _get(config, "validation_dataset.seq_length") is not None:
-        _set(config, "validation_dataset.seq_length", req.seq_length)
-    _set(config, "precision", req.precision)
-    config["hardware"] = {"gpu_type": req.hardware.name, "gpus_per_node": req.gpus_per_node,
-                          "num_nodes": req.num_nodes}
-
-
-def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, base: Optional[RecipeEntry]) -> str:
-    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{request.precision}".replace("-", "_")
-    meta = {"name": name, "kind": "bundled" if engine == "bundled" else "library", "family": card.family,
-            "model": card.id, "mode": goal, "hardware": request.hardware.name, "num_gpus": request.world_size,
-            "source": f"recipe-advisor recommend from {base.name}" if base else "recipe-advisor recommend"}
-    if base is not None and base.megatron_recipe:
-        meta["megatron_recipe"] = base.megatron_recipe
-    config["metadata"] = {k: v for k, v in meta.items() if v is not None}
-    return name
-
-
 def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], hardware: str,
                     world: int, seq: Optional[int], notes: list[str], precision: Optional[str] = None) -> dict:
     """The config whose convergence contract (batch, sequence, precision) the request keeps.
@@ -152,7 +98,7 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
     The base recipe's own, except on the bundled engine with a stand-in recipe of another model:
     then the model's Megatron library recipe, when the index has one, sets the contract.
     """
-    base = _base_config(recipe)
+    base = base_config(recipe)
     if engine != "bundled" or (recipe is not None and recipe.model == card.id):
         return base
     library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq, precision)
@@ -160,7 +106,7 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
         return base
     notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, "
                  f"{card.id}'s library recipe")
-    return _base_config(library)
+    return base_config(library)
 
 
 def _recipe_and_contract(card: ModelCard, goal: str, engine: str, hardware: str, world: int, seq: Optional[int],
@@ -189,122 +135,6 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
             _get(contract, "distributed.grad_reduce_dtype"))
 
 
-def _base_config(recipe: Optional[RecipeEntry]) -> dict:
-    if recipe is None:
-        return {}
-    text = load_recipe_text(recipe.name)
-    return load_yaml(text, str(recipe.path)).data
-
-
-def _fine_tuning_data(config: dict, goal: str, notes: list[str]) -> None:
-    """SFT/PEFT from a pretraining recipe: its mock data measures throughput only (RA-C007), so use
-    the goal's Bridge dataset preset, as the index's SFT/PEFT recipes do."""
-    mock = _get(config, "dataset.preset")
-    if goal == "pretrain" or str(mock).lower() != "mock":
-        return
-    _set(config, "dataset.preset", DATASET_PRESET[goal])
-    notes.append(f"dataset.preset {mock} -> {DATASET_PRESET[goal]}: the base recipe pretrains on mock data, "
-                 f"{DATASET_PRESET[goal]} is Megatron Bridge's {goal.upper()} default; its "
-                 "global batch and LR are still the pretraining recipe's, check them for fine-tuning")
-
-
-def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None:
-    """Fine-tuning starts from the model's weights (the bundled loader's load_weights reads them beside a
-    local config.json, or from the Hugging Face snapshot of the card's hf_id); without this it would
-    tune a random initialisation."""
-    if _get(config, "model.load_weights") is not None or _get(config, "model._target_") is not None:
-        return
-    folder = Path(card.hf_id) if card.hf_id else None
-    if folder is not None and folder.is_dir():  # a local model: only the weights that lie beside it
-        if not has_hf_weights(folder):
-            notes.append(f"no safetensors beside {folder}/config.json ({SINGLE_FILE} or its index): fine-tuning "
-                         "starts from the trainer's deterministic initialisation; put the model's weights there")
-            return
-        _set(config, "model.load_weights", True)
-        notes.append(f"model.load_weights: true: fine-tuning starts from the weights in {folder}")
-        return
-    if not card.hf_id:
-        notes.append(f"{card.id} has no published weights: fine-tuning starts from the trainer's deterministic "
-                     "initialisation; point model.pretrained_model_name_or_path at a checkpoint folder")
-        return
-    _set(config, "model.load_weights", True)
-    notes.append(f"model.load_weights: true: fine-tuning starts from {card.hf_id}'s weights, read from the "
-                 "Hugging Face cache (download them first where HF_HUB_OFFLINE is set)")
-
-
-def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str]) -> None:
-    """The contract recipe's LR and step count on a bundled stand-in recipe (tuned for a tiny model):
-    the schedule keeps its shape (min LR in proportion to the LR, warmup and intervals to the steps)."""
-    lr, steps = _get(contract, "optimizer.lr"), _get(contract, "step_scheduler.max_steps")
-    old_lr, old_steps = _get(config, "optimizer.lr"), _get(config, "step_scheduler.max_steps")
-    carried = []
-    if lr and old_lr and lr != old_lr:
-        carried.append(f"LR {lr}")
-        _set(config, "optimizer.lr", lr)
-        if _get(config, "lr_scheduler.min_lr") is not None:
-            _set(config, "lr_scheduler.min_lr", _get(config, "lr_scheduler.min_lr") * lr / old_lr)
-    if steps and old_steps and steps != old_steps:
-        carried.append(f"{steps} steps")
-        _set(config, "step_scheduler.max_steps", steps)
-        for key in ("lr_scheduler.warmup_steps", "step_scheduler.val_check_interval",
-                    "step_scheduler.checkpoint_interval"):
-            if _get(config, key):
-                _set(config, key, max(1, round(_get(config, key) * steps / old_steps)))
-    if carried:
-        notes.append(f"{' and '.join(carried)} from {source}")
-    notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
-                 "at your data")
-
-
-def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], row: PlannedLayout,
-                 request, overrides: list[str], notes: Optional[list[str]] = None,
-                 contract: Optional[dict] = None) -> tuple[dict, dict]:
-    """(base config, advised config); says in ``notes`` what it changed beyond the layout. ``contract``:
-    the config whose convergence contract the request keeps, when it is not the base recipe's."""
-    notes = [] if notes is None else notes
-    base = _base_config(recipe)
-    config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
-    config.pop("metadata", None)
-    model_name = card.hf_id if engine == "megatron" and card.hf_id else card.id
-    named = _get(config, "model.pretrained_model_name_or_path")
-    if named is None or (named != model_name and (recipe is None or recipe.model != card.id)):
-        _set(config, "model.pretrained_model_name_or_path", model_name)
-    if goal == "peft" and not config.get("peft"):
-        config["peft"] = dict(LORA[engine])
-    if goal != "peft":
-        config.pop("peft", None)
-    if engine == "bundled" and goal != "pretrain":
-        _pretrained_weights(config, card, notes)
-    _fine_tuning_data(config, goal, notes)
-    if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:  # a stand-in recipe
-        _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe", notes)
-    apply_layout(config, row, request, engine)
-    name = _metadata(config, card, goal, engine, request, recipe)
-    if engine == "bundled":
-        _set(config, "checkpoint.checkpoint_dir", f"checkpoints/{name}")
-        # The trainer's fast paths for this hardware (execution settings), where the recipe is silent.
-        hw = request.hardware
-        for key, value in default_fast_paths(hw.name, hw.arch, _get(config, "optimizer._target_"),
-                                             _get(config, "loss_fn._target_"),
-                                             _get(config, "step_scheduler.max_steps")).items():
-            if _get(config, key) is None:
-                _set(config, key, value)
-    if overrides:
-        planned = config
-        config = apply_overrides(config, overrides)
-        # A whole-section override (`--dataset "{preset: mock}"`) replaces the section: the request's
-        # values it leaves out stay as planned (its own request keys became the request itself).
-        for key in ("dataset.seq_length", "step_scheduler.global_batch_size", "step_scheduler.local_batch_size"):
-            if _get(config, key) is None and _get(planned, key) is not None:
-                _set(config, key, _get(planned, key))
-        moved = [c.key for c in diff(planned, config)
-                 if c.key.startswith("distributed.") or c.key == "step_scheduler.local_batch_size"]
-        if moved:
-            notes.append(f"your overrides change the layout ({', '.join(moved)}): the layout, memory and time "
-                         "shown are the planner's choice before them; `recipe-advisor plan` estimates yours")
-    return base, config
-
-
 # ---------------------------------------------------------------- the whole flow
 
 
@@ -316,15 +146,22 @@ def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:
 def _bundled_precision(precision: str, hardware, notes: list[str], *, asked: bool = False) -> str:
     """The precision the bundled trainer trains in on this hardware, saying why when it differs from the
     recipe's; a precision the user asked for (``asked``) is refused instead, as the planner refuses it."""
+    on_cpu = hardware.arch == "cpu"
     if not supports_precision(precision, hardware.arch):
         why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if precision == "fp8"
                else f"it has no {precision} kernels")
         if asked:
             raise PlanError(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}",
                             field="precision", fix="use --precision bf16, or --engine megatron")
+        fallback = "fp32" if on_cpu else "bf16"
         notes.append(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}; precision "
-                     f"{precision} -> bf16 (a convergence change)")
-        return "bf16"
+                     f"{precision} -> {fallback} (a convergence change)")
+        return fallback
+    if on_cpu and precision in CPU_EMULATED and not asked:
+        notes.append(f"precision {precision} -> fp32 on {hardware.name} (a convergence change): a CPU without native "
+                     f"{precision} units (AVX512-BF16/AMX) emulates it, slower than fp32; --precision {precision} "
+                     "keeps it")
+        return "fp32"
     if precision == "fp8":
         notes.append(f"fp8 in the bundled trainer: {CAPABILITIES['fp8']['via']} linears, data parallel only; "
                      f"install the extra: pip install 'recipe-advisor[{CAPABILITIES['fp8']['extra']}]'")
@@ -346,9 +183,10 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
                       global_batch_size: Optional[int], precision: Optional[str],
                       grad_reduce_dtype: Optional[str] = None):
     """The plan request: what the user gave, the contract's values for the rest."""
-    prec = precision or contract.get("precision") or "bf16"
-    if engine == "bundled":
+    prec = precision or contract.get("precision")
+    if engine == "bundled" and prec:  # as contract_defaults decides it for `plan`
         prec = _bundled_precision(prec, hardware, notes, asked=precision is not None)
+    prec = prec or "bf16"  # no recipe (schema defaults): make_request's default, as `plan` uses it
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
                         seq_length=_given(seq_length, _contract_seq(card, contract)),
                         global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")),
@@ -362,14 +200,14 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     """The seed's decision tree end to end (see module docstring). Raises UnknownModelError /
     UnknownHardwareError for unknown names, PlanError for unusable values and Impossible when no
     layout on the given GPUs serves the request. Overrides of keys a request field sets (the sequence
-    length, global batch, precision, GPU type) are that field (service.request_overrides)."""
+    length, global batch, precision, GPU type, model) are that field (service.request_overrides)."""
+    card = resolve_model(model) if isinstance(model, str) else model
     lifted = request_fields(overrides or [], {"gpu_type": gpu_type, "seq_length": seq_length, "precision": precision,
                                               "global_batch_size": global_batch_size,
-                                              "grad_reduce_dtype": grad_reduce_dtype})
+                                              "grad_reduce_dtype": grad_reduce_dtype}, model=card)
     gpu_type, seq_length, precision = lifted["gpu_type"], lifted["seq_length"], lifted["precision"]
     global_batch_size, grad_reduce_dtype = lifted["global_batch_size"], lifted["grad_reduce_dtype"]
     hardware = get_hardware(gpu_type)
-    card = resolve_model(model) if isinstance(model, str) else model
     probe = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine)
     given = {"nodes": nodes, "seq_length": seq_length, "global_batch_size": global_batch_size, "precision": precision,
              "grad_reduce_dtype": grad_reduce_dtype}
@@ -400,8 +238,10 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract)
     text = _dump(config, recipe, notes)
     report = validate_text(text, config_path)
-    # Index metadata is not training: the change list covers what the trainer reads.
-    changes = [c for c in diff(base, config) if not c.key.startswith("metadata.")] if base else []
+    # Index metadata is not training: the change list covers what the trainer reads, and the labels
+    # service.changes counts as convergence (the Bridge recipe, the FP8 recipe), as `diff` lists them.
+    changes = [c for c in diff(base, config)
+               if not c.key.startswith("metadata.") or c.layer == "convergence"] if base else []
     bridge_recipe = bridge_recipe_name(base, recipe)
     gaps = bridge_gaps(base, config, report.findings) if bridge_recipe else []
     if gaps:

@@ -3,20 +3,27 @@
 `recommend --dataset.seq_length 131072` asks for another request, not a tweak of the config the
 planner chose: the layout, memory and time estimates and the launch commands all depend on it.
 So the overrides of keys a request field sets become that field before anything is planned, and
-a contradiction between the two spellings is refused rather than resolved silently.
+a contradiction between the two spellings is refused rather than resolved silently. The model name
+is --model, which is always given: an override may only restate it. Overrides are refused before
+planning, too, where they could not make a config: an unknown section, or a section that is not a
+mapping (``--dataset x``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from pydantic import BaseModel
+
 from recipe_index import get_hardware
+from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownHardwareError
+from recipe_index.models import find_bundled_model
 from service import constants as C
 from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import PRECISIONS
 from service.yamlio import OverrideError, parse_overrides
-from trainer.config import top_level_keys
+from trainer.config import RecipeConfig, top_level_keys
 
 # Config key -> (request field, its CLI flag): the config keys `recommend` writes from the request.
 REQUEST_KEYS = {
@@ -26,12 +33,37 @@ REQUEST_KEYS = {
     "precision": ("precision", "--precision"),
     "distributed.grad_reduce_dtype": ("grad_reduce_dtype", "--grad-reduce-dtype"),
     "hardware.gpu_type": ("gpu_type", "--gpu-type"),
+    # The model sizes the layout, the estimates and the commands: it is --model, which is always given.
+    "model.pretrained_model_name_or_path": ("model", "--model"),
 }
 # Keys --gpus and --nodes set together (--gpus 4 --nodes 2: 4 per node on 2 nodes); one of them alone
 # does not say which count the user means to keep, so an override of it is refused.
 COUNT_KEYS = ("hardware.gpus_per_node", "hardware.num_nodes")
 INTEGER_LIMITS = {"seq_length": C.MAX_SEQ_LENGTH, "global_batch_size": C.MAX_GLOBAL_BATCH}
 CHOICES = {"precision": PRECISIONS, "grad_reduce_dtype": GRAD_REDUCE_DTYPES}
+
+
+def _is_section(name: str) -> bool:
+    """Whether a top-level config key is a section (a mapping), not a value such as ``precision``."""
+    annotation = RecipeConfig.model_fields[name].annotation
+    return any(isinstance(t, type) and issubclass(t, BaseModel)
+               for t in (getattr(annotation, "__args__", None) or (annotation,)))
+
+
+def _not_a_mapping(key: str, value: Any) -> OverrideError:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return OverrideError(f"--{key}: expected a mapping (the {key} section), got {type(value).__name__} {shown}; "
+                         f"override one key as --{key}.KEY value, or the whole section as --{key} \"{{KEY: value}}\"")
+
+
+def names_model(card: ModelCard, name: str) -> bool:
+    """Whether ``name`` names ``card``'s model: its id, its Hugging Face id (or local folder), or a bundled
+    alias of it. Looked up in the bundled cards only: an override never reads files or the network."""
+    name = name.strip()
+    if name in (card.id, card.hf_id):
+        return True
+    bundled = find_bundled_model(name)
+    return bundled is not None and bundled.id == card.id
 
 
 def _same(name: str, a: Any, b: Any) -> bool:
@@ -52,17 +84,27 @@ def _leaves(key: str, value: Any):
         yield key, value
 
 
-def request_fields(overrides: list[str], given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` (the request fields the user set, None where not) with the overrides of request keys
-    folded in. Raises OverrideError naming the flag for a count key, a non-integer length or batch,
-    or an override that contradicts the field given beside it."""
-    fields = dict(given)
-    origin: dict[str, str] = {}
-    for key, value in (leaf for pair in parse_overrides(overrides) for leaf in _leaves(*pair)):
+def _checked_leaves(overrides: list[str]):
+    """(dotted key, value) of every override, a whole section by its keys; refuses an unknown section
+    and a section given as a scalar or list (``--dataset x``)."""
+    for key, value in parse_overrides(overrides):
         section = key.split(".", 1)[0]
         if section not in top_level_keys():  # a mistyped flag, e.g. --override a.b=1, is no config key
             raise OverrideError(f"--{key}: not an option and not a config section; the config's sections are "
                                 f"{', '.join(sorted(top_level_keys()))} (override one as --section.key value)")
+        if key == section and _is_section(key) and value is not None and not isinstance(value, dict):
+            raise _not_a_mapping(key, value)
+        yield from _leaves(key, value)
+
+
+def request_fields(overrides: list[str], given: dict[str, Any], model: Optional[ModelCard] = None) -> dict[str, Any]:
+    """``given`` (the request fields the user set, None where not) with the overrides of request keys
+    folded in. Raises OverrideError naming the flag for a count key, a section that is not a mapping,
+    a non-integer length or batch, an override that contradicts the field given beside it, or a model
+    name other than ``model`` (the card --model resolved to)."""
+    fields = dict(given)
+    origin: dict[str, str] = {}
+    for key, value in _checked_leaves(overrides):
         if key in COUNT_KEYS:
             raise OverrideError(f"--{key}: the GPU count is set by --gpus and --nodes (API: gpus, nodes), which "
                                 "also size the layout and the launch commands; --gpus 4 --nodes 2 means 4 per "
@@ -77,6 +119,12 @@ def request_fields(overrides: list[str], given: dict[str, Any]) -> dict[str, Any
             raise OverrideError(f"--{key}: expected a name, got {value!r}")
         if name in CHOICES and value not in CHOICES[name]:
             raise OverrideError(f"--{key}: {value!r} is not one of {', '.join(CHOICES[name])}")
+        if name == "model":  # the same model under another name is fine; the config keeps the plan's name
+            if model is not None and not names_model(model, value):
+                raise OverrideError(f"--{key} {value} contradicts --model {model.id}: they set the same thing (the "
+                                    "model, which sizes the layout, the estimates and the commands); give it once, "
+                                    "as --model (API: model)")
+            continue
         current: Optional[Any] = fields.get(name)
         if current is not None and not _same(name, current, value):
             said = f"--{origin[name]}" if name in origin else flag

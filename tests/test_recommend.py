@@ -195,7 +195,9 @@ def _no_bridge(rec, *keys):
 def test_bridge_command_is_withheld_when_the_precision_changes():
     rec = recommend("llama3-8b", 8, "h100", precision="fp16")  # no fp16 recipe: bf16 -> fp16
     assert rec.config["precision"] == "fp16"
-    assert [c.key for c in rec.changes if c.layer == "convergence"] == ["precision"]
+    # bughunt s7 #3: the precision label changes with it, listed as `diff` lists it
+    assert [c.key for c in rec.changes if c.layer == "convergence"] == ["metadata.precision_recipe", "precision"]
+    assert rec.config["metadata"]["precision_recipe"] == "fp16"
     _no_bridge(rec, "precision")
 
 

@@ -41,7 +41,7 @@ def models(tmp_path_factory):
         "moe60": make("moe60", **dict(MOE, num_experts=60)),
         "big": make("big", **BIG),
         "bigmoe": make("bigmoe", **BIG_MOE),
-        "h20kv8": make("h20kv8", **dict(DENSE, num_attention_heads=20, num_key_value_heads=4 * 2)),
+        "h20kv4": make("h20kv4", **dict(DENSE, num_attention_heads=20, num_key_value_heads=4)),
         "h48kv6": make("h48kv6", **dict(DENSE, num_attention_heads=48, num_key_value_heads=6)),
         "kv2": make("kv2", **dict(DENSE, num_key_value_heads=2)),
         "kv16": make("kv16", **dict(DENSE, num_key_value_heads=16)),
@@ -72,7 +72,7 @@ META = {"name": "case", "kind": "library", "mode": "pretrain", "num_gpus": 8}
 
 # (code, model, {dotted key: value})
 CASES = [
-    ("RA-L001", "h20kv8", {"distributed.tp_size": 8}),
+    ("RA-L001", "h20kv4", {"distributed.tp_size": 8}),
     ("RA-L002", "h48kv6", {"distributed.tp_size": 4}),
     ("RA-L003", "kv2", {"distributed.tp_size": 4}),
     ("RA-L004", "dense", {"distributed.tp_size": 1}),
@@ -130,7 +130,13 @@ def test_each_rule_fires_alone(models, code, model, changes, monkeypatch):
     config = base(models[model or "dense"])
     for key, value in changes.items():
         set_dotted(config, key, copy.deepcopy(value))
-    assert codes(config) == [code]
+    assert codes(config) == sorted([code, *ALSO_FIRES.get(code, ())])
+
+
+# KV heads divide the attention heads in every valid config.json (a card with 20 heads and 8 KV heads
+# is refused, bughunt s7 #7), so a TP that does not divide the heads cannot divide the KV heads either:
+# on a valid model RA-L001 comes with RA-L003 (TP 8 over 4 KV heads replicates them).
+ALSO_FIRES = {"RA-L001": ("RA-L003",)}
 
 
 def test_every_registered_rule_has_a_case():

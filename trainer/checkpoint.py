@@ -6,7 +6,7 @@ Layout of ``checkpoint_dir`` (DESIGN.md)::
     LATEST                          name of the newest complete checkpoint
     epoch_<E>_step_<S>/
         .complete                   written last; a folder without it is never taken
-        config.yaml                 the effective config of the run
+        config.yaml                 the effective config of the run (a resume compares its own with it)
         signature.json              the model signature (architecture + PEFT) for compatibility checks
         model/consolidated/         Hugging Face config.json + safetensors (transformers loads it)
         model/adapter_model.safetensors, model/adapter_config.json    (LoRA runs)
@@ -36,11 +36,13 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
-from trainer.overrides import ConfigError
+from trainer.overrides import ConfigError, load_yaml_file
 
 COMPLETE_MARKER = ".complete"
 LATEST_FILE = "LATEST"
@@ -187,6 +189,111 @@ def read_signature(ckpt: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
+# ----------------------------------------------------------------------------- config changes on resume
+
+# Keys a resumed run must share with the run that saved the checkpoint, or it continues another
+# experiment from that run's weights and optimizer state: the keys `recipe-advisor diff`
+# (service/changes.py) classifies as convergence that decide the updates from the checkpoint on.
+# Listed here rather than imported because the trainer never imports the service. Left out on
+# purpose: validation_dataset and the log/validation/checkpoint intervals (they measure the run,
+# the trained weights do not depend on them), restore_from (it names the checkpoint being resumed)
+# and metadata (the trainer never reads it).
+RESUME_CONVERGENCE_KEYS = ("recipe", "model", "peft", "precision", "rng", "dataset", "dataloader.shuffle",
+                           "dataloader.drop_last", "step_scheduler.global_batch_size", "optimizer",
+                           "lr_scheduler", "loss_fn", "clip_grad_norm", "distributed.grad_reduce_dtype")
+# Same math through other kernels, or what is written on save: execution, as `diff` has them.
+RESUME_EXECUTION_KEYS = ("model.kernels", "model.attn_implementation", "optimizer.fused", "optimizer.foreach",
+                         "loss_fn.chunked", "loss_fn.chunk_size", "peft.merge_on_save")
+# The run's length sets the LR schedule's length only where lr_scheduler.decay_steps is unset and the
+# schedule decays (trainer.lr_schedule.build_lr_scheduler); otherwise it only says where the run stops,
+# and stopping early then resuming for longer equals the straight run.
+RUN_LENGTH_KEYS = ("step_scheduler.max_steps", "step_scheduler.num_epochs")
+NOT_COMPARED = ("restore_from", "metadata", "checkpoint.allow_config_change")
+_ABSENT = object()
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One key whose value differs between a checkpoint's config and this run's."""
+
+    key: str
+    old: Any
+    new: Any
+    convergence: bool
+
+    @staticmethod
+    def _shown(value: Any) -> str:
+        if value is _ABSENT or value is None:
+            return "unset"
+        return value if isinstance(value, str) else json.dumps(value)
+
+    def __str__(self) -> str:
+        return f"{self.key} {self._shown(self.old)} -> {self._shown(self.new)}"
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    # Down to the leaves while both sides are sections; a section set on one side only is one change.
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _changed_keys(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}.{key}" if prefix else key)
+        return out
+    return [] if _normalise(old) == _normalise(new) else [(prefix, old, new)]
+
+
+def _is_convergence(key: str, current: RecipeConfig) -> bool:
+    if _under(key, RESUME_EXECUTION_KEYS):
+        return False
+    if _under(key, RUN_LENGTH_KEYS):
+        schedule = current.lr_scheduler
+        return schedule.decay_steps is None and schedule.schedule != "constant"
+    return _under(key, RESUME_CONVERGENCE_KEYS)
+
+
+def config_changes(saved: RecipeConfig, current: RecipeConfig) -> list[ConfigChange]:
+    """Every key whose value, schema defaults applied, differs between the checkpoint's config and
+    this run's, in key order, each marked convergence or not (the key lists above)."""
+    old, new = (c.model_dump(mode="json", by_alias=True) for c in (saved, current))
+    return [ConfigChange(key, before, after, _is_convergence(key, current))
+            for key, before, after in _changed_keys(old, new) if not _under(key, NOT_COMPARED)]
+
+
+def check_resume_config(ckpt: Path, current: RecipeConfig, chosen_by: str) -> list[str]:
+    """Compare this run's config with the ``config.yaml`` the checkpoint was saved under.
+
+    Convergence changes (a new LR, schedule, global batch, data, ...) raise ConfigError naming each
+    key (old -> new), unless ``checkpoint.allow_config_change`` is set: then the first line returned
+    is a warning listing them. Execution changes (layout, micro batch, kernels, logging) give an
+    info line. ``chosen_by`` is the key that picked the checkpoint (restore_from.path or
+    checkpoint.checkpoint_dir), named by the error. Returns the lines to log (rank 0)."""
+    try:
+        saved = parse_config(load_yaml_file(ckpt / "config.yaml"))
+    except (ConfigError, ValueError) as exc:  # no config.yaml, or one this schema no longer reads
+        reason = str(exc).splitlines()[0]
+        return [f"warning: cannot compare this config with the one {ckpt} was saved under ({reason}); "
+                "resuming without that check"]
+    changes = config_changes(saved, current)
+    convergence = "; ".join(str(c) for c in changes if c.convergence)
+    execution = "; ".join(str(c) for c in changes if not c.convergence)
+    lines = []
+    if convergence and not current.checkpoint.allow_config_change:
+        raise ConfigError(
+            f"{chosen_by}: checkpoint {ckpt} was saved under another training config ({convergence}); resuming "
+            "it would continue a different experiment. Start fresh with a new checkpoint.checkpoint_dir, or "
+            "resume anyway with --checkpoint.allow_config_change true (the LR, batch and data then follow "
+            "this config)")
+    if convergence:
+        lines.append(f"warning: resuming {ckpt} under a changed training config (checkpoint.allow_config_change): "
+                     f"{convergence}; from its step on, training follows this config")
+    if execution:
+        lines.append(f"resuming {ckpt} with other execution settings (the same training): {execution}")
+    return lines
+
+
 # ----------------------------------------------------------------------------- publication
 
 def _fsync_path(path: Path) -> None:
@@ -323,10 +430,18 @@ def save_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pat
 
 
 def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Load into the (already sharded) optimizer; the template's states are created by a zero step."""
+    """Load the state (moments, step counts) into the (already sharded) optimizer.
+
+    The param groups' hyper-parameters (lr, weight decay, betas, fused, ...) stay those this run's
+    config built it with: the saved groups carry the saved run's, and an unchanged config gives the
+    same values, so only a resume under ``checkpoint.allow_config_change`` sees a difference."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
+    configured = [{k: group[k] for k in (*optimizer.defaults, "initial_lr") if k in group}
+                  for group in optimizer.param_groups]
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     dcp.load(state, checkpoint_id=str(path))
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    for group, values in zip(optimizer.param_groups, configured):
+        group.update(values)

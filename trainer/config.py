@@ -251,6 +251,12 @@ class CheckpointSection(_Plain):
     checkpoint_dir: str = "checkpoints"
     keep_last: Optional[int] = Field(strict=True, default=None, ge=1)
     save_consolidated: bool = True
+    allow_config_change: bool = Field(
+        default=False,
+        description="Resume a checkpoint even when this config changes a convergence key of the config it was "
+                    "saved under (optimizer, LR schedule, global batch, data, model, seed, precision, PEFT): a "
+                    "warning lists the changes and training follows this config from the checkpoint's step. "
+                    "False refuses such a resume with the changed keys (trainer/checkpoint.py).")
 
 
 class RestoreSection(_Plain):

@@ -18,7 +18,7 @@ from typing import Optional
 
 from service import constants as C
 from service.facts import Facts
-from service.memory import MemoryModel, model_shape
+from service.memory import MemoryEstimate, MemoryModel, model_shape
 from service.rules.registry import Violation, layout_rule
 from service.rules.sizes import bundled, larger_ep, larger_pp, larger_tp
 
@@ -34,16 +34,11 @@ def sharding_of(facts: Facts) -> str:
     return BUNDLED_SHARDING.get(facts.strategy, "optimizer")
 
 
-def _fix(facts: Facts, total: float, capacity: float) -> str:
+def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False) -> str:
     """Only steps this engine runs and this world holds (service/rules/sizes.py): a fix that names
-    pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix."""
-    lay = facts.layout
-    steps = []
-    if lay.micro_batch_size > 1:
-        steps.append("lower step_scheduler.local_batch_size (micro batch) first")
-    if lay.recompute != "full":
-        steps.append("set distributed.activation_checkpointing: full" if lay.recompute == "selective"
-                     else "set distributed.activation_checkpointing: selective (or full)")
+    pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix.
+    ``states_only``: the training state alone is too big, so activation savers are no fix either."""
+    steps = [] if states_only else _activation_steps(facts.layout)
     ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
     if ep is not None:
         steps.append(f"raise distributed.ep_size to {ep} (expert weights shard over EP)")
@@ -58,6 +53,16 @@ def _fix(facts: Facts, total: float, capacity: float) -> str:
         steps.append("run on more GPUs or on a GPU with more memory")
     return (f"need {total - capacity:.1f} GiB less per GPU: " + "; ".join(steps)
             + "; `recipe-advisor plan` lists layouts that fit")
+
+
+def _activation_steps(lay) -> list[str]:
+    steps = []
+    if lay.micro_batch_size > 1:
+        steps.append("lower step_scheduler.local_batch_size (micro batch) first")
+    if lay.recompute != "full":
+        steps.append("set distributed.activation_checkpointing: full" if lay.recompute == "selective"
+                     else "set distributed.activation_checkpointing: selective (or full)")
+    return steps
 
 
 def _sharding_steps(facts: Facts) -> list[str]:
@@ -79,7 +84,7 @@ def _sharding_steps(facts: Facts) -> list[str]:
 @layout_rule("RA-M002", "error", "distributed.activation_checkpointing", "estimated memory fits the GPU",
              "service/memory.py: Megatron theoretical memory, Korthikanti et al. 2022, HF Ultra-Scale Playbook")
 def memory_fits(f: Facts) -> Optional[Violation]:
-    if f.extra.get("planner") or f.model is None or f.hardware is None or not f.seq_length:
+    if f.extra.get("planner") or f.model is None or f.hardware is None:
         return None
     dp = f.dp
     if dp == 0 or f.world_size % (f.layout.pp * f.layout.ep * f.layout.etp):
@@ -89,12 +94,16 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     sharding = sharding_of(f)
     if engine == "bundled" and sharding == "optimizer":
         sharding = "full"
-    model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length, engine=engine,
+    # Without a sequence length only the training state is known (activations scale with it): a
+    # zero-token estimate is exactly that state, and it alone can already be too big.
+    model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length or 0, engine=engine,
                         peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
                         fused_loss=f.extra.get("fused_loss", True),
                         grad_reduce_dtype=f.extra.get("grad_reduce_dtype", "fp32"))
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
+    if not f.seq_length:
+        return _states_without_sequence(f, estimate, capacity, engine)
     total = estimate.total
     breakdown = (f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}, "
                  f"activations {estimate.activations:.1f}, other {estimate.other:.1f}")
@@ -103,11 +112,33 @@ def memory_fits(f: Facts) -> Optional[Violation]:
             return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) exceeds the {capacity:g} GiB of "
                              f"one {f.hardware.name}", _fix(f, total, capacity))
         return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) exceeds the {capacity:g} GiB of one "
-                         f"{f.hardware.name}, unless the Megatron Bridge recipe adds memory savers this config does "
-                         "not state (CPU offload, precision-aware optimizer, recompute modules)",
-                         _fix(f, total, capacity), severity="warning")
+                         f"{f.hardware.name}, {MEGATRON_SAVERS}", _fix(f, total, capacity), severity="warning")
     if total > capacity * C.MEMORY_WARNING_FRACTION:
         return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) is {total / capacity:.0%} of the "
                          f"{capacity:g} GiB of one {f.hardware.name}: little headroom for allocator spikes",
                          _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION), severity="warning")
     return None
+
+
+MEGATRON_SAVERS = ("unless the Megatron Bridge recipe adds memory savers this config does not state (CPU offload, "
+                   "precision-aware optimizer, recompute modules)")
+SEQ_FIX = ("set dataset.seq_length (the tokens per sequence you train on, e.g. 4096, Megatron Bridge's default) "
+           "so the activations are checked too")
+
+
+def _states_without_sequence(f: Facts, estimate: MemoryEstimate, capacity: float, engine: str) -> Violation:
+    """No dataset.seq_length: an error (a warning for megatron, as above) when weights, gradients and
+    optimizer state alone exceed the GPU, else an info finding that activations went unchecked."""
+    states = estimate.weights + estimate.grads + estimate.optimizer
+    breakdown = f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}"
+    if states > capacity:
+        message = (f"weights, gradients and optimizer state alone need {states:.1f} GiB per GPU ({breakdown}), "
+                   f"more than the {capacity:g} GiB of one {f.hardware.name}, before any activations "
+                   "(dataset.seq_length is not set, so those are not counted)")
+        fix = _fix(f, states, capacity, states_only=True)
+        if engine == "bundled":
+            return Violation(message, fix)
+        return Violation(f"{message}, {MEGATRON_SAVERS}", fix, severity="warning")
+    return Violation(f"activation memory not checked: the config has no dataset.seq_length; weights, gradients and "
+                     f"optimizer state need {states:.1f} GiB per GPU ({breakdown}) of the {capacity:g} GiB of one "
+                     f"{f.hardware.name}", SEQ_FIX, severity="info", key="dataset.seq_length")

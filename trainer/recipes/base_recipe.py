@@ -135,6 +135,9 @@ class BaseRecipe:
 
         An explicitly requested checkpoint that does not fit this model is an error listing the
         differing fields; an auto-detected one is skipped with a warning (training starts fresh).
+        One that fits is then compared with the config it was saved under
+        (``checkpoint.check_resume_config``): a changed convergence key is an error unless
+        ``checkpoint.allow_config_change`` is set.
         """
         restore_from = self.cfg.restore_from.path if self.cfg.restore_from else None
         if restore_from is None and not self.cfg.checkpoint.enabled:
@@ -156,13 +159,19 @@ class BaseRecipe:
             log(f"warning: skipping checkpoint {path}: it does not fit this model ({detail}); starting fresh",
                 self.dist)
             return None
+        chosen_by = "restore_from.path" if explicit else "checkpoint.checkpoint_dir"
+        for line in ckpt.check_resume_config(path, self.cfg, chosen_by):
+            log(line, self.dist)
         return path
 
     def load_checkpoint_state(self, path: Path) -> None:
-        """Restore every tracked object except the model (already loaded before sharding)."""
+        """Restore every tracked object except the model (already loaded before sharding).
+
+        Optimizers first: their state dict carries the lr of the saved run's schedule, and an LR
+        scheduler restored after them sets the lr of this run's schedule for the next step."""
         info: DistInfo = self.dist
         shared = ckpt.load_torch(path / TRAINER_STATE_FILE)
-        for key in self.tracked_state:
+        for key in sorted(self.tracked_state, key=lambda k: not is_optimizer(getattr(self, k))):
             obj = getattr(self, key)
             if is_model(obj):
                 continue
