@@ -15,7 +15,7 @@ Two figures come out:
   precision) measured more than 5 % apart, whether the model says which is faster. This is what the
   planner's ranking needs; the pairs come from different releases, which also differ in software.
 
-    .venv/bin/python benchmarks/step_time_published.py [--markdown] [--verbose]
+    .venv/bin/python benchmarks/step_time_published.py [--verbose]
 """
 
 from __future__ import annotations

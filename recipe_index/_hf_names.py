@@ -107,10 +107,11 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     model_type = cfg.get("model_type")
     mt = str(model_type or "")
 
-    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _first(cfg, "num_attention_heads", "n_head", "num_heads")
+    # Whole floats (`512.0`) become ints before anything is derived from them (head_dim, GPT-2's width).
+    hidden = _whole(_first(cfg, "hidden_size", "n_embd", "d_model"))
+    heads = _whole(_first(cfg, "num_attention_heads", "n_head", "num_heads"))
     pattern = _hybrid_pattern(cfg)
-    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _whole(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     if layers is None and pattern:
         layers = len(pattern)
 
@@ -120,7 +121,7 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     if num_shared is None:
         num_shared = 1 if shared_size else 0
 
-    intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    intermediate = _whole(_first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner"))
     if intermediate is None and mt in ("gpt2", "gpt3") and _is_count(hidden):
         intermediate = 4 * hidden  # GPT-2 config: n_inner None means 4 * n_embd
     moe_intermediate = _first(cfg, "moe_intermediate_size", "expert_intermediate_size")
@@ -148,33 +149,34 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     rope_theta, rope_scaling = _rope(cfg)
 
     name_or_path = cfg.get("_name_or_path") or None
-    return {
+    fields = {
         "id": id,
         "hf_id": hf_id or name_or_path,
         "aliases": tuple(cfg.get("advisor_aliases") or ()),
         "family": cfg.get("advisor_family") or model_type,
         "model_type": model_type,
         "architecture": cfg.get("advisor_architecture") or _architecture(num_experts, kv_lora_rank, pattern),
-        "hidden_size": _whole(hidden),
-        "num_hidden_layers": _whole(layers),
-        "num_attention_heads": _whole(heads),
-        "num_key_value_heads": _whole(_first(cfg, "num_key_value_heads", "num_query_groups", "multi_query_group_num",
-                                             default=heads)),
-        "head_dim": _whole(head_dim),
-        "intermediate_size": _whole(intermediate),
-        "vocab_size": _whole(cfg.get("vocab_size")),
-        "max_position_embeddings": _whole(_first(cfg, "max_position_embeddings", "n_positions")),
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": _first(cfg, "num_key_value_heads", "num_query_groups", "multi_query_group_num",
+                                     default=heads),
+        "head_dim": head_dim,
+        "intermediate_size": intermediate,
+        "vocab_size": cfg.get("vocab_size"),
+        "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
         "tie_word_embeddings": bool(tied),
         "rope_theta": rope_theta,
         "rope_scaling": rope_scaling,
         "attention_bias": bool(attention_bias),
         "qk_norm": bool(qk_norm),
         "num_experts": num_experts,
-        "num_experts_per_tok": _whole(_first(cfg, "num_experts_per_tok", "moe_topk", "moe_router_topk", "num_selected_experts", default=0)),
+        "num_experts_per_tok": _first(cfg, "num_experts_per_tok", "moe_topk", "moe_router_topk", "num_selected_experts",
+                                      default=0),
         "moe_intermediate_size": moe_intermediate if num_experts else None,
-        "num_shared_experts": _whole(num_shared) if num_experts else 0,
+        "num_shared_experts": num_shared if num_experts else 0,
         "shared_expert_intermediate_size": shared_size if num_experts else None,
-        "first_k_dense": _whole(_first(cfg, "first_k_dense_replace", "first_k_dense", default=0)) if num_experts else 0,
+        "first_k_dense": _first(cfg, "first_k_dense_replace", "first_k_dense", default=0) if num_experts else 0,
         "q_lora_rank": cfg.get("q_lora_rank"),
         "kv_lora_rank": kv_lora_rank,
         "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
@@ -188,6 +190,9 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
         "published_active_params": cfg.get("advisor_published_active_params"),
         "sources": dict(cfg.get("advisor_sources") or {}),
     }
+    for name, _, _ in _BOUNDS:  # every size as a count: a whole float is that int, anything else stays
+        fields[name] = _whole(fields[name])
+    return fields
 
 
 CORE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -215,8 +220,9 @@ _BOUNDS = (
 
 def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]]:
     """(field, "why; fix: how") for the first size of a normalised config that is no usable count:
-    not a whole number (a string, a bool, 8.5), out of bounds, or KV heads that do not divide the
-    attention heads; None when every size is usable. Optional sizes may be absent (None)."""
+    not a whole number (a string, a bool, 8.5), out of bounds, KV heads that do not divide the
+    attention heads, or an MoE whose top-k is not 1..num_experts (absent counts as 0); None when every
+    size is usable. Optional sizes may be absent (None)."""
     for name, low, high in _BOUNDS:
         value = normalised.get(name)
         if value is None and name not in CORE_FIELDS:
@@ -236,10 +242,12 @@ def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]
         return "num_key_value_heads", (f"{kv_heads} does not divide num_attention_heads {heads} (each KV head "
                                        "serves a whole group of query heads); fix: use a divisor of "
                                        f"{heads}, e.g. {heads} (multi-head) or 1 (multi-query)")
-    experts = normalised.get("num_experts") or 0
-    if experts and normalised.get("num_experts_per_tok", 0) > experts:
-        return "num_experts_per_tok", (f"{normalised['num_experts_per_tok']} is more than the {experts} experts; "
-                                       "fix: route each token to at most num_experts experts")
+    experts, top_k = normalised.get("num_experts") or 0, normalised.get("num_experts_per_tok") or 0
+    if experts and not 1 <= top_k <= experts:  # a missing top-k reads as 0: no expert would run
+        stated = "0 (or not given)" if top_k == 0 else f"{top_k} is more than the {experts} experts"
+        return "num_experts_per_tok", (f"{stated}; an MoE routes each token to 1..num_experts ({experts}) experts; "
+                                       "fix: write the model's top-k as \"num_experts_per_tok\" (its Hugging Face "
+                                       "config.json has it)")
     return None
 
 

@@ -383,6 +383,8 @@ class PlanResponse(_Response):
         "above when the rules reject this count, else the fewest found above it); empty otherwise.",
         examples=[[]],
     )
+    notes: list[str] = Field(default_factory=list, description="What the estimates carry beyond the model's "
+                             "own terms, e.g. the measured MoE step factor.")
 
 
 # ---------------------------------------------------------------- recommend

@@ -177,6 +177,9 @@ def _command_values(base: dict, config: dict) -> tuple[dict[str, Any], list[Gap]
                 gaps.append(Gap(key, "the config sets it to null, which has no Bridge value; set one"))
         elif key == DECAY and value is not None and _warmup(base, config) is None:
             gaps.append(Gap(key, _DECAY_WITHOUT_WARMUP))
+        elif key == "peft.alpha" and isinstance(value, float) and not value.is_integer():
+            gaps.append(Gap(key, f"Bridge's LoRA alpha is an int (peft/lora.py: alpha: int = 32), so {value:g} "
+                                 f"would fail at start-up; use a whole number, e.g. --peft.alpha {round(value)}"))
         else:
             values[key] = value
     return values, gaps

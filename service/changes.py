@@ -189,9 +189,12 @@ def _mock_data(e: _Edit) -> Ruling:
 
 
 def _is_on(value: Any) -> bool:
+    # MISSING is itself a string, so it is tested first: a dropped check runs at an unknown default.
+    if isinstance(value, str) and value == MISSING:
+        return False
     if isinstance(value, str):
         return value.strip().lower() not in _OFF_VALUES
-    return value is not MISSING and bool(value)
+    return bool(value)
 
 
 def _correctness_check(e: _Edit) -> Ruling:

@@ -180,17 +180,13 @@ EP_A2A_EXPOSED_FRACTION_NETWORK = 1.0
 MOE_EXPERT_LOAD_CV = 0.05
 # Published Megatron MoE steps take this many times the time the terms above add up to, for the
 # layout as published (median over 174 MoE measurements of the Megatron Bridge and NeMo performance
-# summaries and dgxc-benchmarking, benchmarks/step_time_published.py; dense models: 1.07). What the
+# summaries and dgxc-benchmarking, benchmarks/step_time_published.py; dense models: 1.05). What the
 # terms miss is MoE-specific: router and top-k, token permutation, grouped-GEMM efficiency with many
 # small experts, FP8 casts per expert, the dropless dispatcher's host sync. The measurements do not
 # say which, and every attribution tried moved the layout ranking against the experts' choices
 # (benchmarks/README.md), so the factor scales the whole MoE step: estimates, tokens/s and MFU come out
 # right on average and the ranking of a request's layouts is unchanged. Megatron only (calibrated there).
 MOE_MEASURED_STEP_FACTOR = 1.65
-# Fixed seconds per MoE layer and micro batch (forward + backward) that no GPU formula above
-# covers: router top-k, token permutation bookkeeping and the dropless dispatcher's device-to-host
-# sync of per-expert token counts, after which the host's kernel launches are exposed.
-MOE_LAYER_OVERHEAD_S = 0.0
 
 # ---------------------------------------------------------------- planner search space
 

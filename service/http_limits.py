@@ -8,7 +8,8 @@ make the server buffer more than ``max_body_bytes``.
 ``SecurityHeadersMiddleware`` adds the headers a browser needs to treat the
 HTML pages as inert data: no sniffing, no framing, scripts only from /static.
 
-``StrictRequestRoute`` is the route class of the API routers: it refuses, before
+``StrictRequestRoute`` is the route class of the API routers (``/healthz`` excepted, so a
+probe's cache-buster is no 422): it refuses, before
 the endpoint runs, what FastAPI would otherwise read silently: a query parameter
 the route does not declare or one given twice (422), a JSON body with a key
 written twice (400; JSON keeps the last), and a JSON-model body sent under

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from service import constants as C
 from service.facts import Layout
 # The per-model view lives in service.memory_shape; its names are part of this module's interface.
-from service.memory_shape import ActivationBytes, ModelShape, model_shape  # noqa: F401
+from service.memory_shape import ActivationBytes, ModelShape, adapter_params, model_shape  # noqa: F401
 
 SHARDINGS = ("none", "optimizer", "full")  # ZeRO-0 (DDP), ZeRO-1 (distributed optimizer), ZeRO-3 (FSDP)
 ENGINES = ("megatron", "bundled")
@@ -166,9 +166,7 @@ class MemoryModel:
         # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
         # whenever the LM head is not tensor-parallel; fused_loss=False models the plain loss (torchtitan).
         self.fused_loss = fused_loss
-        default_rank = C.LORA_DEFAULT_RANK if engine == "megatron" else C.LORA_DEFAULT_RANK_BUNDLED
-        lora_base = shape.lora_params if engine == "megatron" else shape.lora_params_split
-        self.lora_params = lora_base * (lora_rank or default_rank) / C.LORA_DEFAULT_RANK
+        self.lora_params = adapter_params(shape, engine, lora_rank)
         # Transformer Engine saves FP8/NVFP4 GEMM inputs quantised; the bundled trainer keeps bf16.
         gemm_bytes = C.SAVED_GEMM_INPUT_BYTES.get(precision, C.ACTIVATION_BYTES) if engine == "megatron" else 2
         self.gemm_scale = gemm_bytes / C.ACTIVATION_BYTES

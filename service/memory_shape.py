@@ -200,6 +200,15 @@ def _lora_params(card: ModelCard, rank: int, fused_projections: bool = True) -> 
     return card.num_hidden_layers * (attention + mlp(card.intermediate_size))
 
 
+def adapter_params(shape: "ModelShape", engine: str, rank: int | None = None) -> float:
+    """LoRA adapter parameters an engine trains: Megatron Bridge's adapters on its fused linears at its
+    default rank, the bundled trainer's Hugging Face PEFT adapters on separate linears at its own default
+    rank (or ``rank``). The memory and step-time models both count these."""
+    default_rank = C.LORA_DEFAULT_RANK if engine == "megatron" else C.LORA_DEFAULT_RANK_BUNDLED
+    base = shape.lora_params if engine == "megatron" else shape.lora_params_split
+    return base * (rank or default_rank) / C.LORA_DEFAULT_RANK
+
+
 def _shape_key(card: ModelCard) -> tuple:
     return tuple(card.model_dump(exclude={"sources", "aliases", "rope_scaling"}).items())
 

@@ -23,8 +23,9 @@ The model, per micro batch on the slowest pipeline stage:
   to ``DP_OVERLAP_FRACTION``; FSDP gathers and reduces every micro batch.
 * **Optimizer step**, bound by HBM bandwidth.
 * **MoE time no term explains.** Published Megatron MoE steps take ``MOE_MEASURED_STEP_FACTOR``
-  times the sum above (``benchmarks/step_time_published.py``); the rest of a MoE step is reported
-  as ``moe_unattributed_s``.
+  times the sum above (``benchmarks/step_time_published.py``); that rest of a MoE step is the
+  breakdown's ``moe_unattributed_s``, and plan and recommend say so in a note
+  (:func:`calibration_note`).
 
 Collective costs are ring formulas (all-reduce ``2(n-1)/n·B``, all-gather and
 reduce-scatter ``(n-1)/n·B``, all-to-all ``(n-1)/n·B`` per GPU) over the bus bandwidth
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from recipe_index.cards import HardwareCard
 from service import constants as C
 from service.facts import Layout
-from service.memory import ModelShape, stage_layers
+from service.memory import ModelShape, adapter_params, stage_layers
 
 ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
 
@@ -134,6 +135,7 @@ class StepTimeModel:
                  grad_reduce_dtype: str = "fp32", peft: bool = False):
         self.shape, self.hw = shape, hardware
         self.peft, self.passes = peft, gemm_passes(peft)
+        self.adapters = adapter_params(shape, engine) if peft else 0.0
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
         self.precision, self.engine = precision, engine
         self.peak = hardware.peak_tflops(precision) * 1e12
@@ -204,11 +206,15 @@ class StepTimeModel:
         act_bytes = s.act_none.per_gpu(tp, sp and tp > 1, gathered) * tokens
         elementwise_s = act_bytes * C.ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE / self.hbm
         logits_s = tokens * s.vocab / tp * C.LOGITS_BYTES_UNFUSED * 2 / self.hbm
-        body_s = body_dense_s + expert_s + attention_s + elementwise_s
+        gemm_s, other_s = body_dense_s + expert_s, attention_s + elementwise_s
         if recompute == "full":
-            body_s *= (self.passes + 2.0) / self.passes  # the forward again: 8/6 of the work, 6/4 under LoRA
+            # The forward again: 2N more GEMM FLOPs (8/6 of the work, 6/4 under LoRA); attention and
+            # element-wise kernels do their full backward under LoRA too (forward 1 + backward 2 -> 4/3).
+            body_s = gemm_s * (self.passes + 2.0) / self.passes + other_s * 4.0 / 3.0
         elif recompute == "selective":
-            body_s *= C.SELECTIVE_RECOMPUTE_TIME_FACTOR
+            body_s = (gemm_s + other_s) * C.SELECTIVE_RECOMPUTE_TIME_FACTOR
+        else:
+            body_s = gemm_s + other_s
         replay = 1.5 if recompute == "full" else 1.0  # full recompute replays the forward's collectives
 
         tp_s = 0.0
@@ -339,27 +345,26 @@ class StepTimeModel:
         if hit is not None:
             return hit
         s = self.shape
-        if self.peft:  # only the adapters have gradients and optimizer states
-            dense, expert = s.lora_params * fraction / tp, 0.0
-        else:
-            dense = (s.layer_dense_params * fraction + max(s.embedding_params, s.head_params)) / tp
-            expert = s.layer_expert_params * fraction / (ep * etp)
+        weights = ((s.layer_dense_params * fraction + max(s.embedding_params, s.head_params)) / tp,
+                   s.layer_expert_params * fraction / (ep * etp))
+        # Gradients and optimizer states: every weight, or under LoRA only the adapters (the frozen base
+        # is still gathered by FSDP every forward and backward when sharded).
+        dense, expert = (self.adapters * fraction / tp, 0.0) if self.peft else weights
         # Rank order tp-cp-ep-dp-pp: the dense DP x CP group strides TP ranks, the expert-DP
         # group strides ETP x EP ranks.
         dense_group, expert_group = dp * cp, max(self.world_size // (pp * ep * etp), 1)
-        groups = ((dense, dense_group, tp), (expert, expert_group, etp * ep))
         grad_bytes, weight_bytes = self.grad_bytes, C.DTYPE_BYTES["bf16"]
 
-        def ring(bytes_per: float) -> float:
+        def ring(bytes_per: float, params: tuple[float, float] = (dense, expert)) -> float:
             total = 0.0
-            for params, size, stride in groups:
+            for count, size, stride in zip(params, (dense_group, expert_group), (tp, etp * ep)):
                 if size > 1:
                     bw, _ = self._link(size, stride)
-                    total += (size - 1) / size * params * bytes_per / bw
+                    total += (size - 1) / size * count * bytes_per / bw
             return total
 
-        if sharding == "full":
-            hit = (ring(2 * weight_bytes + grad_bytes), 0.0, dense / dense_group + expert / expert_group)
+        if sharding == "full":  # gather the weights for forward and backward, reduce-scatter the gradients
+            hit = (ring(2 * weight_bytes, weights) + ring(grad_bytes), 0.0, dense / dense_group + expert / expert_group)
         elif sharding == "optimizer":
             hit = (ring(grad_bytes), ring(weight_bytes), dense / dense_group + expert / expert_group)
         else:
@@ -367,6 +372,16 @@ class StepTimeModel:
         hit = (hit[0], hit[1], hit[2] * C.OPTIMIZER_STEP_BYTES_PER_PARAM / self.hbm)
         self._dp_cache[key] = hit
         return hit
+
+
+def calibration_note(shape: ModelShape, engine: str) -> str | None:
+    """What plan and recommend say when an estimate carries the measured MoE factor."""
+    if not (shape.is_moe and engine == "megatron" and C.MOE_MEASURED_STEP_FACTOR != 1.0):
+        return None
+    return (f"MoE step times include the x{C.MOE_MEASURED_STEP_FACTOR:g} that NVIDIA's published Megatron MoE "
+            "throughput shows over the modelled compute and communication (benchmarks/README.md, \"Step time vs "
+            "published throughput\"); per model the measured factor ranges 1.4-1.9, so one MoE estimate can be "
+            "about 20 % off either way. It scales every layout alike: the ranking does not depend on it")
 
 
 def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout, *, world_size: int,

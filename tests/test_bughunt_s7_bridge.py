@@ -141,6 +141,14 @@ def test_lora_rank_and_alpha_map_to_bridges_dim_and_alpha():
     assert not any(n.startswith("no Megatron Bridge command") for n in rec.notes)
 
 
+def test_a_fractional_lora_alpha_is_a_gap_with_a_reason_not_a_bridge_value():
+    rec = recommend("llama3-8b", 8, "h100", goal="peft", overrides=["--peft.alpha=16.5"])
+    assert "megatron_bridge" not in rec.commands
+    note = _bridge_note(rec)
+    assert "peft.alpha: Bridge's LoRA alpha is an int" in note and "--peft.alpha 16" in note
+    assert "peft.alpha=16.5" not in note
+
+
 # ---- #14: a dropped key is named as dropped, and --dataset agrees with the config ----------------
 
 @pytest.mark.parametrize("override, key, recipe_value", [

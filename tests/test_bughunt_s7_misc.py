@@ -1,5 +1,6 @@
 """Bug hunt s7 (notes/bughunt_s7.md): diff layers (#11) and inputs (#14f), strict HTTP requests (#13, #14h),
-`plan --top` (#14d/e), memory without a sequence length (#8) and bad local config.json values (#7)."""
+`plan --top` (#14d/e), memory without a sequence length (#8) and bad local config.json values (#7); the fixes
+of review s7 (notes/review_s7.md #1-3, #5, #8f-g, #9) extend these sections."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import yaml
 
 from recipe_index.errors import ModelConfigError
 from recipe_index.models import card_from_config
-from service.changes import classify, diff, is_parallel_layout_key
+from service.changes import MISSING, classify, diff, is_parallel_layout_key
 from service.cli import main
+from trainer.dotted import NotASection, set_dotted
 
 # ---------------------------------------------------------------- #11: diff layers
 
@@ -40,6 +42,16 @@ def test_turning_a_check_on_is_execution_and_only_turning_it_off_is_a_benchmark(
     assert classify(key, False, True)[0] == "execution"
     assert classify(key, "<absent>", True)[0] == "execution"
     assert classify(key, True, False)[0] == "benchmark-only"
+    dropped = classify(key, True, MISSING)  # the key removed: left to an unknown default
+    assert dropped[0] == "benchmark-only" and "turned off (or left to an unknown default)" in dropped[1]
+    assert classify(key, "enabled", MISSING)[0] == "benchmark-only"
+
+
+def test_a_config_that_drops_its_checks_is_not_the_same_experiment():
+    base = {"ddp": {"check_for_nan_in_grad": True}, "rerun_state_machine": {"check_for_nan_in_loss": True}}
+    changes = diff(base, {})
+    assert [(c.key, c.layer) for c in changes] == [("ddp.check_for_nan_in_grad", "benchmark-only"),
+                                                   ("rerun_state_machine.check_for_nan_in_loss", "benchmark-only")]
 
 
 def test_the_rerun_mode_switched_off_is_a_benchmark_and_on_is_not():
@@ -186,6 +198,13 @@ def test_models_filter_by_family_as_recipes_do_and_refuse_unknown_filters(client
     assert client.get("/v1/recipes?familly=llama").status_code == 422  # the same mechanism
 
 
+def test_healthz_takes_a_cache_buster_while_the_v1_routes_stay_strict(client):
+    for query in ("x=1", "_=1700000000&x=1&x=2"):
+        health = client.get(f"/healthz?{query}")
+        assert health.status_code == 200 and health.json()["status"] == "ok", query
+    assert client.get("/v1/hardware?x=1").status_code == 422
+
+
 @pytest.mark.parametrize("path,body,field", [
     ("/v1/plan", '{"model": "llama3-8b", "gpus": 8, "gpus": 16, "gpu_type": "h100"}', "gpus"),
     ("/v1/recommend", '{"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", '
@@ -244,6 +263,14 @@ def test_plan_footer_speaks_of_the_rows_marked_not_fitting(capsys):
     assert not any(line.startswith("does not fit:") for line in out.splitlines())
 
 
+@pytest.mark.parametrize("top", [0, -1])
+def test_the_api_top_has_no_all_and_refuses_zero_as_the_docs_say(client, top):
+    # The CLI reads --top 0 as "all" (test_plan_footer_... above); a bounded API response has no "all".
+    body = {"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "top": top}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "top"]
+
+
 # ---------------------------------------------------------------- #8: memory without dataset.seq_length
 
 
@@ -259,8 +286,29 @@ def test_states_alone_over_the_gpu_are_an_error_without_a_sequence_length(tmp_pa
                                "distributed: {strategy: fsdp2}\nhardware: {gpu_type: h100, gpus_per_node: 8}\n")
     m002 = [f for f in findings if f["code"] == "RA-M002"]
     assert code == 1 and len(m002) == 1 and m002[0]["severity"] == "error"
-    assert "weights, gradients and optimizer state alone" in m002[0]["message"]
+    assert "at least" in m002[0]["message"] and "before any per-token activations" in m002[0]["message"]
     assert "activation" not in m002[0]["fix"]  # activation savers cannot shrink the state
+
+
+def test_runtime_and_fixed_activations_count_toward_the_lower_bound(tmp_path, capsys):
+    # llama3-8b FSDP2 on 2 CPU "GPUs" (64 GiB): weights + grads + optimizer are 63.4 GiB, which fits, but
+    # the zero-token estimate adds the runtime and FSDP2's unsharded blocks: 69.8 GiB, which cannot run.
+    code, findings = _validate(tmp_path, capsys, "model: {pretrained_model_name_or_path: llama3-8b}\n"
+                               "distributed: {strategy: fsdp2}\nhardware: {gpu_type: cpu, gpus_per_node: 2}\n")
+    m002 = [f for f in findings if f["code"] == "RA-M002"]
+    assert code == 1 and [f["severity"] for f in m002] == ["error"]
+    message = m002[0]["message"]
+    assert "needs at least 69.8 GiB per GPU before any per-token activations" in message
+    assert "other 4.4" in message and "more than the 64 GiB" in message
+
+
+def test_a_lower_bound_near_capacity_is_a_warning_without_a_sequence_length(tmp_path, capsys):
+    code, findings = _validate(tmp_path, capsys, "model: {pretrained_model_name_or_path: llama3-8b}\n"
+                               "distributed: {strategy: fsdp2}\n"
+                               "hardware: {gpu_type: a100-40gb, gpus_per_node: 4}\n")
+    m002 = [f for f in findings if f["code"] == "RA-M002"]
+    assert code == 0 and [f["severity"] for f in m002] == ["warning"]
+    assert "at least" in m002[0]["message"] and "of the 40 GiB" in m002[0]["message"]
 
 
 def test_megatron_states_over_the_gpu_are_a_warning_as_with_a_sequence_length(tmp_path, capsys):
@@ -306,6 +354,10 @@ TINY = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_
     ({"num_key_value_heads": 3}, "num_key_value_heads", "3 does not divide num_attention_heads 8"),
     ({"num_local_experts": 4, "num_experts_per_tok": 8}, "num_experts_per_tok", "more than the 4 experts"),
     ({"num_local_experts": "many"}, "num_experts", "the string 'many' is not a whole number"),
+    # an MoE that routes to no expert: plan/recommend divided by the top-k
+    ({"num_local_experts": 8, "num_experts_per_tok": 0}, "num_experts_per_tok", "an MoE routes each token to 1.."),
+    ({"num_local_experts": 8}, "num_experts_per_tok", "0 (or not given)"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 2.5}, "num_experts_per_tok", "2.5 is not a whole number"),
 ])
 def test_bad_sizes_are_refused_naming_the_field(edit, field, why):
     with pytest.raises(ModelConfigError) as err:
@@ -320,6 +372,42 @@ def test_whole_floats_and_the_plain_config_still_load():
     assert card_from_config(TINY, "local", source="c.json").head_dim == 64
 
 
+@pytest.mark.parametrize("edit,expect", [
+    # sizes other sizes are derived from: head_dim = hidden // heads
+    ({"hidden_size": 512.0, "num_attention_heads": 8.0},
+     {"hidden_size": 512, "num_attention_heads": 8, "head_dim": 64}),
+    ({"num_key_value_heads": 4.0, "vocab_size": 32000.0, "max_position_embeddings": 2048.0},
+     {"num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}),
+    # GPT-2: intermediate_size is 4 * n_embd when n_inner is absent
+    ({"model_type": "gpt2", "hidden_size": None, "n_embd": 768.0, "intermediate_size": None,
+      "num_attention_heads": 12},
+     {"hidden_size": 768, "intermediate_size": 3072, "head_dim": 64}),
+    ({"num_experts": 8.0, "num_experts_per_tok": 2.0, "moe_intermediate_size": 256.0,
+      "shared_expert_intermediate_size": 512.0},
+     {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+      "shared_expert_intermediate_size": 512}),
+    ({"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1.0, "first_k_dense_replace": 1.0,
+      "q_lora_rank": 64.0, "kv_lora_rank": 32.0, "qk_rope_head_dim": 16.0, "qk_nope_head_dim": 32.0,
+      "v_head_dim": 32.0},
+     {"num_shared_experts": 1, "first_k_dense": 1, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_rope_head_dim": 16,
+      "qk_nope_head_dim": 32, "v_head_dim": 32}),
+    ({"hybrid_override_pattern": "M*M-", "mamba_num_heads": 16.0, "mamba_head_dim": 32.0, "ssm_state_size": 64.0},
+     {"mamba_num_heads": 16, "mamba_head_dim": 32, "mamba_state_dim": 64}),
+])
+def test_every_size_written_as_a_whole_float_loads_as_that_int(edit, expect):
+    raw = {k: v for k, v in {**TINY, **edit}.items() if v is not None}
+    card = card_from_config(raw, "local", source="c.json")
+    for field, value in expect.items():
+        got = getattr(card, field)
+        assert got == value and type(got) is int, (field, got)
+
+
+def test_a_local_folder_with_whole_float_sizes_plans(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "hidden_size": 512.0, "num_attention_heads": 8.0}))
+    assert main(["plan", "--model", str(tmp_path), "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 0
+    assert "valid layouts" in capsys.readouterr().out
+
+
 def test_the_string_fix_quotes_the_number_it_meant():
     with pytest.raises(ModelConfigError, match='e.g. "hidden_size": 512'):
         card_from_config({**TINY, "hidden_size": "512"}, "local", source="c.json")
@@ -327,7 +415,7 @@ def test_the_string_fix_quotes_the_number_it_meant():
 
 @pytest.mark.parametrize("command", ["plan", "recommend"])
 @pytest.mark.parametrize("edit", [{"num_hidden_layers": -3}, {"num_hidden_layers": 10**12}, {"hidden_size": "512"},
-                                  {"num_key_value_heads": 16}])
+                                  {"num_key_value_heads": 16}, {"num_experts_per_tok": 0, "num_local_experts": 8}])
 def test_cli_exits_2_with_one_line(tmp_path, capsys, command, edit):
     (tmp_path / "config.json").write_text(json.dumps({**TINY, **edit}))
     code = main([command, "--model", str(tmp_path), "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"])
@@ -336,10 +424,23 @@ def test_cli_exits_2_with_one_line(tmp_path, capsys, command, edit):
     assert "Traceback" not in err
 
 
-def test_validate_names_the_bad_field_instead_of_crashing(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(json.dumps({**TINY, "num_hidden_layers": -3}))
+@pytest.mark.parametrize("edit,said", [({"num_hidden_layers": -3}, "num_hidden_layers: -3 is outside"),
+                                       ({"num_local_experts": 8, "num_experts_per_tok": 0}, "num_experts_per_tok: 0")])
+def test_validate_names_the_bad_field_instead_of_crashing(tmp_path, capsys, edit, said):
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, **edit}))
     code, findings = _validate(tmp_path, capsys, f"model: {{pretrained_model_name_or_path: '{tmp_path}'}}\n"
                                "dataset: {seq_length: 128}\ndistributed: {strategy: fsdp2}\n"
                                "hardware: {gpu_type: cpu, gpus_per_node: 2}\n")
     assert code == 0 and [f["code"] for f in findings] == ["RA-C009"]
-    assert "num_hidden_layers: -3 is outside" in findings[0]["message"]
+    assert said in findings[0]["message"]
+
+
+# ---------------------------------------------------------------- review s7 #9: messages
+
+
+@pytest.mark.parametrize("value,said", [(4, "is an int,"), (0.5, "is a float,"), ("fp32", "is a str,"),
+                                        ([1], "is a list,")])
+def test_a_path_through_a_scalar_names_its_type_with_the_right_article(value, said):
+    with pytest.raises(NotASection) as info:
+        set_dotted({"dataset": {"seq_length": value}}, "dataset.seq_length.x", 1)
+    assert f"dataset.seq_length.x: dataset.seq_length {said} not a section" == str(info.value)

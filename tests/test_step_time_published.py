@@ -68,3 +68,29 @@ def test_moe_calibration_leaves_the_ranking_alone(monkeypatch):
     assert calibrated_order == plain_order and len(plain_order) > 10
     for calibrated, plain in zip(calibrated_tps, plain_tps):
         assert calibrated == pytest.approx(plain / factor)
+
+
+def test_recommend_says_when_an_estimate_carries_the_moe_factor():
+    from service.recommend import recommend
+
+    moe = recommend("qwen3-30b-a3b", 16, "h100")
+    dense = recommend("llama3-8b", 8, "h100")
+    assert any(f"x{C.MOE_MEASURED_STEP_FACTOR:g}" in note for note in moe.notes)
+    assert not any("MoE step times" in note for note in dense.notes)
+    assert "MoE step times" not in moe.config_yaml  # a note on the estimate, not on the config
+    t = moe.best.time
+    assert t.moe_unattributed_s == pytest.approx(t.step_time_s * (1 - 1 / C.MOE_MEASURED_STEP_FACTOR))
+
+
+def test_plan_notes_the_moe_factor_in_text_json_and_http():
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.cli_plan import format_text, plan_json
+
+    moe = plan(make_request("qwen3-30b-a3b", 16, "h100"))
+    dense = plan(make_request("llama3-8b", 8, "h100"))
+    assert plan_json(moe, 3)["notes"] and plan_json(dense, 3)["notes"] == []
+    assert "note: MoE step times include" in format_text(moe, 3)
+    response = TestClient(create_app()).post("/v1/plan", json={"model": "qwen3-30b-a3b", "gpus": 16, "gpu_type": "h100"})
+    assert response.status_code == 200 and any("MoE step times" in n for n in response.json()["notes"])

@@ -292,6 +292,10 @@ def test_peak_flops_only_for_the_card_of_this_device():
     assert device_peak_flops("h100", "bf16", "cuda") > 1e14
     assert device_peak_flops("no-such-gpu", "bf16", "cuda") is None
     assert flops_per_token(1000, 2, 8, 16) == 6 * 1000 + 12 * 2 * 8 * 16 / 2  # causal: half the attention
+    # LoRA: no weight gradients for the frozen base, as the planner counts (service.steptime.gemm_passes).
+    from service.steptime import gemm_passes
+
+    assert flops_per_token(1000, 2, 8, 16, peft=True) == gemm_passes(True) * 1000 + 12 * 2 * 8 * 16 / 2
 
 
 def test_jsonl_writer_resume_truncates_and_fresh_start_moves_aside(tmp_path):

@@ -16,7 +16,9 @@ class NotASection(ValueError):
 
     def __init__(self, key: str, prefix: str, value: Any):
         self.key, self.prefix, self.value = key, prefix, value
-        super().__init__(f"{key}: {prefix} is a {type(value).__name__}, not a section")
+        kind = type(value).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        super().__init__(f"{key}: {prefix} is {article} {kind}, not a section")
 
 
 def get_dotted(data: Mapping, key: str) -> Any:

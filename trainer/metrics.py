@@ -33,10 +33,12 @@ class MetricsSample:
         return asdict(self)
 
 
-def flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_length: int) -> float:
+def flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_length: int,
+                    peft: bool = False) -> float:
     """Training FLOPs per token, PaLM appendix B: 6 N + 12 L d S, with the attention term halved for
-    causal masking (the kernels skip the masked half; the planner's MFU counts the same way)."""
-    return 6.0 * num_params + 6.0 * num_layers * hidden_size * seq_length
+    causal masking (the kernels skip the masked half). A frozen base (LoRA) computes no weight
+    gradients: 4 N. The planner's MFU (service/steptime.py) counts the same way."""
+    return (4.0 if peft else 6.0) * num_params + 6.0 * num_layers * hidden_size * seq_length
 
 
 def peak_memory_gib(device) -> float:

@@ -37,7 +37,7 @@ def sharding_of(facts: Facts) -> str:
 def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False) -> str:
     """Only steps this engine runs and this world holds (service/rules/sizes.py): a fix that names
     pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix.
-    ``states_only``: the training state alone is too big, so activation savers are no fix either."""
+    ``states_only``: the zero-token estimate alone is too big, so activation savers are no fix either."""
     steps = [] if states_only else _activation_steps(facts.layout)
     ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
     if ep is not None:
@@ -94,8 +94,8 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     sharding = sharding_of(f)
     if engine == "bundled" and sharding == "optimizer":
         sharding = "full"
-    # Without a sequence length only the training state is known (activations scale with it): a
-    # zero-token estimate is exactly that state, and it alone can already be too big.
+    # Without a sequence length the per-token activations are unknown: the zero-token estimate (state,
+    # runtime, sequence-independent activations) is a lower bound, and it alone can already be too big.
     model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length or 0, engine=engine,
                         peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
                         fused_loss=f.extra.get("fused_loss", True),
@@ -127,18 +127,24 @@ SEQ_FIX = ("set dataset.seq_length (the tokens per sequence you train on, e.g. 4
 
 
 def _states_without_sequence(f: Facts, estimate: MemoryEstimate, capacity: float, engine: str) -> Violation:
-    """No dataset.seq_length: an error (a warning for megatron, as above) when weights, gradients and
-    optimizer state alone exceed the GPU, else an info finding that activations went unchecked."""
-    states = estimate.weights + estimate.grads + estimate.optimizer
-    breakdown = f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}"
-    if states > capacity:
-        message = (f"weights, gradients and optimizer state alone need {states:.1f} GiB per GPU ({breakdown}), "
-                   f"more than the {capacity:g} GiB of one {f.hardware.name}, before any activations "
-                   "(dataset.seq_length is not set, so those are not counted)")
-        fix = _fix(f, states, capacity, states_only=True)
+    """No dataset.seq_length: the zero-token estimate (training state, runtime, and the activations no
+    token count changes, such as FSDP2's unsharded blocks) is a lower bound on the real one. Above the
+    GPU it is an error (a warning for megatron, as above), above the warning fraction a warning, else an
+    info finding that per-token activations went unchecked. Activation savers cannot lower this bound."""
+    total = estimate.total
+    breakdown = (f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}, "
+                 f"fixed activations {estimate.activations:.1f}, other {estimate.other:.1f}")
+    at_least = (f"at least {total:.1f} GiB per GPU before any per-token activations ({breakdown}; "
+                "dataset.seq_length is not set, so those are not counted)")
+    where = f"the {capacity:g} GiB of one {f.hardware.name}"
+    if total > capacity:
+        message, fix = f"needs {at_least}, more than {where}", _fix(f, total, capacity, states_only=True)
         if engine == "bundled":
             return Violation(message, fix)
         return Violation(f"{message}, {MEGATRON_SAVERS}", fix, severity="warning")
-    return Violation(f"activation memory not checked: the config has no dataset.seq_length; weights, gradients and "
-                     f"optimizer state need {states:.1f} GiB per GPU ({breakdown}) of the {capacity:g} GiB of one "
-                     f"{f.hardware.name}", SEQ_FIX, severity="info", key="dataset.seq_length")
+    if total > capacity * C.MEMORY_WARNING_FRACTION:
+        return Violation(f"needs {at_least}, {total / capacity:.0%} of {where}: activations and allocator "
+                         "spikes come on top", _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION, states_only=True),
+                         severity="warning")
+    return Violation(f"activation memory not checked: the config has no dataset.seq_length; it needs {at_least} "
+                     f"of {where}", SEQ_FIX, severity="info", key="dataset.seq_length")

@@ -168,7 +168,8 @@ class TrainFinetuneRecipe(BaseRecipe):
         self.seq_length = self.dataloader.dataset[0]["input_ids"].shape[0]
         self.flops_per_token = flops_per_token(self.model_config.num_parameters(),
                                                self.model_config.num_hidden_layers,
-                                               self.model_config.hidden_size, self.seq_length)
+                                               self.model_config.hidden_size, self.seq_length,
+                                               peft=cfg.peft is not None)
         self.peak_flops = device_peak_flops(cfg.hardware.gpu_type, cfg.precision, info.device.type)
         self.autocast = model_io.autocast(self.model, cfg.precision, info.device.type)
         self.train_log = JsonlWriter(self.checkpoint_dir / "training.jsonl", info.is_main)
