@@ -134,9 +134,11 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     head_dim = _first(cfg, "head_dim", "attention_head_dim", "kv_channels")
     if head_dim is None and kv_lora_rank is not None:
         head_dim = cfg.get("v_head_dim")  # MLA: the value head width, Megatron's kv_channels
-    if head_dim is None and _is_count(hidden) and _is_count(heads) and heads > 0:
-        head_dim = hidden // heads
+    if head_dim is None and _is_count(hidden) and _is_count(heads) and heads > 0 and hidden % heads == 0:
+        head_dim = hidden // heads  # else None, for dimension_problem to refuse as the trainer does
 
+    # Flags stay as written (`"yes"` is no JSON boolean): dimension_problem names them; absent ones
+    # take the family's default.
     attention_bias = cfg.get("attention_bias")
     if attention_bias is None:
         attention_bias = mt.startswith(_QKV_BIAS_PREFIXES) or mt in ("gpt2", "gpt3")
@@ -165,11 +167,11 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
         "intermediate_size": intermediate,
         "vocab_size": cfg.get("vocab_size"),
         "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
-        "tie_word_embeddings": bool(tied),
+        "tie_word_embeddings": tied,
         "rope_theta": rope_theta,
         "rope_scaling": rope_scaling,
-        "attention_bias": bool(attention_bias),
-        "qk_norm": bool(qk_norm),
+        "attention_bias": attention_bias,
+        "qk_norm": qk_norm,
         "num_experts": num_experts,
         "num_experts_per_tok": _first(cfg, "num_experts_per_tok", "moe_topk", "moe_router_topk", "num_selected_experts",
                                       default=0),
@@ -220,8 +222,9 @@ _BOUNDS = (
 
 def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]]:
     """(field, "why; fix: how") for the first size of a normalised config that is no usable count:
-    not a whole number (a string, a bool, 8.5), out of bounds, KV heads that do not divide the
-    attention heads, or an MoE whose top-k is not 1..num_experts (absent counts as 0); None when every
+    not a whole number (a string, a bool, 8.5), out of bounds, a hidden size the heads do not divide
+    without an explicit head_dim, KV heads that do not divide the attention heads, an MoE whose top-k
+    is not 1..num_experts (absent counts as 0), or a flag that is no JSON boolean; None when every
     size is usable. Optional sizes may be absent (None)."""
     for name, low, high in _BOUNDS:
         value = normalised.get(name)
@@ -238,6 +241,11 @@ def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]
             return name, (f"{value:,} is outside {low:,}..{high:,}; fix: write the model's real {name} "
                           "(its Hugging Face config.json has it)")
     heads, kv_heads = normalised["num_attention_heads"], normalised["num_key_value_heads"]
+    hidden = normalised["hidden_size"]
+    if normalised.get("head_dim") is None and hidden % heads:  # trainer/models/config.py refuses the same
+        return "hidden_size", (f"{hidden} is not a multiple of num_attention_heads ({heads}) and the config gives "
+                               "no head_dim; fix: set \"head_dim\" explicitly, or use a hidden_size that "
+                               f"num_attention_heads divides (e.g. {hidden // heads * heads or heads})")
     if heads % kv_heads:
         return "num_key_value_heads", (f"{kv_heads} does not divide num_attention_heads {heads} (each KV head "
                                        "serves a whole group of query heads); fix: use a divisor of "
@@ -248,8 +256,16 @@ def dimension_problem(normalised: Mapping[str, Any]) -> Optional[tuple[str, str]
         return "num_experts_per_tok", (f"{stated}; an MoE routes each token to 1..num_experts ({experts}) experts; "
                                        "fix: write the model's top-k as \"num_experts_per_tok\" (its Hugging Face "
                                        "config.json has it)")
+    for name in FLAG_FIELDS:
+        value = normalised.get(name)
+        if not isinstance(value, bool):
+            return name, (f"{json.dumps(value)[:80]} is not a JSON boolean; fix: write \"{name}\": true or "
+                          f"\"{name}\": false (unquoted)")
     return None
 
+
+# Flags a config.json writes as JSON booleans; anything else ("yes", 1) would be read by truthiness.
+FLAG_FIELDS = ("tie_word_embeddings", "attention_bias", "qk_norm")
 
 _EXAMPLES = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
              "vocab_size": 128256, "intermediate_size": 14336}

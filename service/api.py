@@ -154,10 +154,12 @@ async def validate(
         with unusable_yaml_is_400():
             text = decode(body, "<request>", max_bytes=1 << 20)
     else:
-        raise HTTPException(
+        raise client_error(  # `field` as /v1/plan's 415 (http_limits.StrictRequestRoute)
             415,
-            f"content type {media_type!r} is not accepted: send the YAML as text/plain or application/yaml, "
+            f"content type {media_type!r} is not accepted: send the YAML as text/plain or application/yaml "
+            "(curl --data-binary needs -H 'Content-Type: application/yaml'), "
             'or JSON {"yaml": "..."} as application/json',
+            "content-type",
         )
     if gpu_type is not None:
         lookup_hardware(gpu_type)  # unknown -> 404 with the known names, as the CLI's exit 2

@@ -11,8 +11,9 @@ stages, a pipeline the recipe's layout table lacks) is not expressible: then no 
 What Bridge runs for a key is known where the index recipe states it, or where the index always
 records it (the layout, batch, steps, LR: recipe_index/megatron.py), so that leaving it out means our
 schema default. The index does not record Bridge's schedule, weight decay, betas, clipping or seed
-(``UNRECORDED``): a config that leaves one of those out runs Bridge's own value, and one that writes
-it gets it in the command as written, even when it equals our schema default.
+(``service.bridge_keys.UNRECORDED``): a config that leaves one of those out runs Bridge's own value, and
+one that writes it gets it in the command as written, even when it equals our schema default (and
+service.changes lists it as a convergence change from ``<Bridge recipe value>``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import shlex
 from typing import Any, Optional
 
 from recipe_index.recipes import RecipeEntry
+from service.bridge_keys import UNRECORDED
 from service.changes import MISSING, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
 from trainer.dotted import get_dotted as _get
@@ -62,11 +64,6 @@ BRIDGE_KEYS = {
     "peft.rank": "peft.dim",
     "peft.alpha": "peft.alpha",
 }
-# Keys the index does not record for a Bridge recipe (shared/reference/mbridge_recipes.json has no field
-# for them): where the base leaves one out, Bridge runs its recipe's value (warmup 2000 in the Llama 3
-# H100 recipes, 500 in _pretrain_common, 50 in _sft_common; seed 1234 or 5678), not our schema default.
-UNRECORDED = {"optimizer.weight_decay", "optimizer.betas", "lr_scheduler.schedule", "lr_scheduler.warmup_steps",
-              "lr_scheduler.decay_steps", "lr_scheduler.min_lr", "clip_grad_norm.max_norm", "rng.seed"}
 # Keys carried by another part of the command: the sequence length override sets the model's too
 # (run_recipe syncs them), Bridge has one dataset config for training and evaluation, and the
 # preset is the --dataset argument.

@@ -20,7 +20,11 @@ Packing, precision (the gradient reduce dtype included), forced MoE balancing, t
 changes are never execution-only, whatever section they sit in.
 
 Values are compared as the trainer reads them: a key a config leaves out takes its RecipeConfig
-default (trainer/config.py), so writing a default out is no change.
+default (trainer/config.py), or for a Megatron/Bridge correctness check that is off by default, off
+(service.bridge_keys.CHECK_DEFAULTS), so writing a default out is no change. Megatron configs
+(``distributed.strategy: megatron`` on either side) are the exception for the keys the index does not
+record (service.bridge_keys.UNRECORDED): Bridge runs its recipe's value where a config leaves one out,
+so one side writing it and the other not is a convergence change from or to ``<Bridge recipe value>``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
 from trainer.config import RecipeConfig
 from trainer.model_settings import DTYPES
 
@@ -43,7 +48,8 @@ _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capaci
                                 r"expert_bias|seq_length|seed|shuffle|tokenizer|mask|"
                                 r"grad_reduce_dtype|grad_reduce_in_fp32", re.IGNORECASE)
 # Correctness checks: turning one off is a benchmark shortcut, turning one on only watches the run.
-_CHECK_WORDS = re.compile(r"check_for_|nan_check|rerun_mode", re.IGNORECASE)
+# Bridge's spellings too: train.check_weight_hash_across_dp_replicas_interval, check_optimizer_step_success.
+_CHECK_WORDS = re.compile(r"^check_|check_for_|nan_check|rerun_mode", re.IGNORECASE)
 _OFF_VALUES = {"", "disabled", "none", "off", "false", "0"}
 # Instruments that record the run (profilers, timers): the losses are unchanged.
 _INSTRUMENT_WORDS = re.compile(r"profil|timing|timers", re.IGNORECASE)
@@ -66,6 +72,11 @@ _STARTING_POINT = {
     "checkpoint.load_optim": "whether the optimizer state is loaded: a fresh optimizer state trains differently",
     "checkpoint.load_rng": "whether the RNG state is loaded: other seeds and dropout masks",
     "checkpoint.finetune": "finetune resets the iteration and optimizer state it loads",
+    # Bridge's resume source and what is read from it, as restore_from.path is ours.
+    "checkpoint.load": "the checkpoint the run resumes from (Bridge's load): another starting point",
+    "checkpoint.ckpt_step": "which saved step the run starts from: another starting point",
+    "checkpoint.load_main_params_from_ckpt": "whether the fp32 main parameters are read from the checkpoint: "
+                                             "another starting point",
 }
 # Index metadata is not read by the trainer, except these: the FP8 recipe (current scaling, MXFP8, ...)
 # is precision, and megatron_recipe is the function run_recipe.py --recipe builds the run from.
@@ -200,6 +211,8 @@ def _is_on(value: Any) -> bool:
 def _correctness_check(e: _Edit) -> Ruling:
     if not _CHECK_WORDS.search(e.leaf):
         return None
+    if e.old == MISSING and e.leaf in CHECK_DEFAULTS and not _is_on(e.new):
+        return "execution", "states the check's default (off): nothing changes"
     if _is_on(e.new):
         return "execution", "a correctness check turned on: it watches the run, the losses are unchanged"
     return "benchmark-only", "a correctness check turned off (or left to an unknown default): " + _REASONS[
@@ -326,6 +339,9 @@ def _effective(flat: dict[str, Any], key: str) -> Any:
         return {}  # a section with settings of its own: those are compared key by key
     value = flat.get(key, MISSING)
     default = _schema_default(key, flat)
+    leaf = key.rsplit(".", 1)[-1]
+    if default is MISSING and leaf in CHECK_DEFAULTS:
+        default = CHECK_DEFAULTS[leaf]  # off in Megatron/Bridge: writing it out is no change
     # `step_scheduler: null` configures nothing, like `{}`; `peft: null` is already its default.
     if value is MISSING or (value is None and default == {}):
         return default
@@ -350,17 +366,36 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
+_UNRECORDED_REASON = (
+    "Megatron Bridge runs its recipe's value where a config leaves this key out (distributed.strategy: megatron "
+    "on either side), and the index does not record that value: the side that writes it may train differently, "
+    "so it counts as a new convergence experiment unless the value is checked against the recipe function")
+
+
+def is_megatron(flat: dict[str, Any]) -> bool:
+    """Whether a (flattened) config runs on Megatron Bridge: ``distributed.strategy: megatron``."""
+    return _effective(flat, "distributed.strategy") == "megatron"
+
+
 def diff(base: dict, new: dict) -> list[Change]:
     """Every key whose value, schema defaults applied, differs between two configs, with its layer,
-    in key order. ``old``/``new`` are as written (MISSING where a config leaves the key out)."""
+    in key order. ``old``/``new`` are as written (MISSING where a config leaves the key out), except
+    an UNRECORDED key only one side of a Megatron pair writes: the other side runs
+    BRIDGE_RECIPE_VALUE, which the index does not know, so it is a convergence change whatever the value."""
     left, right = flatten(base), flatten(new)
     gbs_key = "step_scheduler.global_batch_size"
     gbs_changed = not same_value(_effective(left, gbs_key), _effective(right, gbs_key))
+    megatron = is_megatron(left) or is_megatron(right)
     changes = []
     for key in sorted(set(left) | set(right)):
+        old, new_value = left.get(key, MISSING), right.get(key, MISSING)
+        if megatron and key in UNRECORDED and (old is MISSING) != (new_value is MISSING):
+            changes.append(Change(key, BRIDGE_RECIPE_VALUE if old is MISSING else old,
+                                  BRIDGE_RECIPE_VALUE if new_value is MISSING else new_value,
+                                  "convergence", _UNRECORDED_REASON))
+            continue
         if same_value(_effective(left, key), _effective(right, key)):
             continue
-        old, new_value = left.get(key, MISSING), right.get(key, MISSING)
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))
     return changes

@@ -28,7 +28,7 @@ def add_parser(subparsers, name: str) -> None:
 def load_diff_input(text: str, path: str) -> dict:
     """One side of a diff as data. A key written twice is refused at its position (validate reports it
     as RA-C003): YAML would keep the last value silently, and the diff would compare a value the author
-    may not have meant."""
+    may not have meant. Keys that override a ``<<`` merge are no duplicates (service/yamlio.py)."""
     doc = load_yaml(text, path)
     if doc.duplicates:
         key, line, column = doc.duplicates[0]

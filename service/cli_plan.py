@@ -12,6 +12,7 @@ from service.memory import GRAD_REDUCE_DTYPES, model_shape
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
 from service.sizing import gpus_that_fit
 from service.steptime import calibration_note
+from service.web_result import gib_text
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
@@ -66,14 +67,15 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     """
     from service.recommend import contract_defaults
 
-    seq, gbs, precision, grad_reduce = contract_defaults(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
-                                            engine=args.engine, seq_length=args.seq_length, precision=args.precision)
+    seq, gbs, precision, grad_reduce, packed = contract_defaults(
+        args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
+        seq_length=args.seq_length, precision=args.precision)
     values = {"seq_length": args.seq_length if args.seq_length is not None else seq,
               "global_batch_size": args.global_batch_size if args.global_batch_size is not None else gbs,
               "precision": args.precision or precision,
               "grad_reduce_dtype": getattr(args, "grad_reduce_dtype", None) or grad_reduce}
     return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
-                        **{name: value for name, value in values.items() if value is not None})
+                        packed_sequence=packed, **{name: value for name, value in values.items() if value is not None})
 
 
 def report_error(err: Exception) -> int:
@@ -100,7 +102,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
         lay, t = row.layout, row.time
         lines.append(f"{i:>3} {lay.tp:>3} {lay.pp:>3} {lay.vp or '-':>3} {lay.cp:>3} {lay.ep:>4} {lay.etp:>3} "
                      f"{row.dp:>5} {lay.micro_batch_size:>3} {row.grad_accumulation_steps:>5} {lay.recompute:<9} "
-                     f"{row.sharding:<9} {row.memory.total:>7.1f} {t.step_time_s:>8.2f} "
+                     f"{row.sharding:<9} {gib_text(row.memory.total):>7} {t.step_time_s:>8.2f} "
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit"))
     not_fitting = [i for i, r in enumerate(rows, 1) if not r.fits]
     if not_fitting:  # about those rows only: others above may fit

@@ -15,6 +15,7 @@ from pathlib import Path
 from service.cli_plan import REQUEST_ERRORS, add_request_arguments, report_error
 from service.changes import verdict
 from service.recommend import Recommendation, recommend
+from service.web_result import gib_text
 from service.yamlio import OverrideError
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
@@ -42,8 +43,9 @@ def summary_text(rec: Recommendation) -> str:
     lines.append(f"layout: TP {lay.tp} PP {lay.pp} VP {lay.vp or '-'} CP {lay.cp} EP {lay.ep} ETP {lay.etp} "
                  f"DP {row.dp} SP {lay.sp} micro batch {lay.micro_batch_size} x {row.grad_accumulation_steps} "
                  f"accumulation, recompute {lay.recompute}, sharding {row.sharding} ({row.strategy})")
-    lines.append(f"memory per GPU: {mem.total:.1f} GiB (weights {mem.weights:.1f}, grads {mem.grads:.1f}, optimizer "
-                 f"{mem.optimizer:.1f}, activations {mem.activations:.1f}, other {mem.other:.1f}) of "
+    gib = gib_text  # rounded as the web page rounds the same estimate
+    lines.append(f"memory per GPU: {gib(mem.total)} GiB (weights {gib(mem.weights)}, grads {gib(mem.grads)}, optimizer "
+                 f"{gib(mem.optimizer)}, activations {gib(mem.activations)}, other {gib(mem.other)}) of "
                  f"{req.hardware.memory_gib:g}")
     lines.append(f"estimate: {t.step_time_s:.2f} s/step, {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {t.mfu:.2f}")
     if rec.changes:

@@ -191,7 +191,7 @@ MOE_MEASURED_STEP_FACTOR = 1.65
 # ---------------------------------------------------------------- planner search space
 
 # Layouts whose estimated throughput is within this fraction of the best of their group are a
-# tie, ordered by the seed's preferences (planner._preference): the model's own error
+# tie, ordered by the seed's preferences (ranking._preference): the model's own error
 # is of this order (memory: about 10 % against published measurements, benchmarks/README.md).
 ESTIMATE_TIE_TOLERANCE = 0.10
 # A pipeline stage thinner than this many decoder layers is a tie-break loser: Megatron places

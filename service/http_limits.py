@@ -31,6 +31,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# A single-valued query parameter given twice (the API's 422 and the web form's problem say the same).
+REPEATED_PARAMETER = "given more than once; give it once (the value is not a list)"
+
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a recipe YAML is a few KiB; the biggest bundled one is far below this
 
 
@@ -262,6 +265,6 @@ class StrictRequestRoute(APIRoute):
                                "msg": f"unknown query parameter; this endpoint takes: {known}"})
             elif len(request.query_params.getlist(name)) > 1 and not _takes_many(fields[name]):
                 errors.append({"loc": ("query", name), "type": "too_many_values", "input": None,
-                               "msg": "given more than once; give it once (the value is not a list)"})
+                               "msg": REPEATED_PARAMETER})
         if errors:  # a misspelt parameter would otherwise be ignored, a repeated one silently take the last
             raise RequestValidationError(errors)

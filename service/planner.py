@@ -26,6 +26,7 @@ from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
 from service.memory import GRAD_REDUCE_DTYPES, MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
+from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split
 from service.rules.sizes import divisors
 from service.steptime import StepTime, StepTimeModel
@@ -73,6 +74,9 @@ class PlanRequest:
     precision: str = "bf16"
     engine: str = "megatron"
     grad_reduce_dtype: str = "fp32"
+    # The recipe packs its SFT data offline (dataset.packed_sequence): Megatron Bridge then takes only
+    # micro batch 1 (ConfigContainer.validate(); mbridge_rules.md "Sequence packing").
+    packed_sequence: bool = False
 
     @property
     def world_size(self) -> int:
@@ -91,7 +95,8 @@ class PlanRequest:
 def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                  goal: str = "pretrain", seq_length: Optional[int] = None,
                  global_batch_size: Optional[int] = None, precision: str = "bf16",
-                 engine: str = "megatron", grad_reduce_dtype: str = "fp32") -> PlanRequest:
+                 engine: str = "megatron", grad_reduce_dtype: str = "fp32",
+                 packed_sequence: bool = False) -> PlanRequest:
     """A PlanRequest from user-facing names. Raises UnknownModelError / UnknownHardwareError
     (with suggestions) for unknown names and PlanError for bad values."""
     if goal not in GOALS:
@@ -128,7 +133,8 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                         "trainer refuses", field="seq_length", fix=f"use a seq_length of at most {positions}")
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
-                       precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype)
+                       precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype,
+                       packed_sequence=packed_sequence)
 
 
 def _significant(value: float, digits: int = 6) -> float:
@@ -326,9 +332,12 @@ def _splits(layers: int, pp: int, vp: int) -> bool:
 
 
 def micro_batch_sizes(request: PlanRequest, dp: int) -> list[int]:
-    """Micro batches that split the global batch into whole accumulation steps on ``dp`` replicas."""
+    """Micro batches that split the global batch into whole accumulation steps on ``dp`` replicas;
+    only 1 where Megatron Bridge trains on offline-packed sequences (``request.packed_sequence``: a
+    pack already holds several samples, and Bridge refuses micro batch > 1 with it)."""
     gbs = request.global_batch_size
-    return [b for b in C.MICRO_BATCH_SIZES if gbs % (b * dp) == 0]
+    sizes = (1,) if request.packed_sequence and request.engine == "megatron" else C.MICRO_BATCH_SIZES
+    return [b for b in sizes if gbs % (b * dp) == 0]
 
 
 def recomputes(engine: str) -> tuple[str, ...]:
@@ -459,47 +468,6 @@ def plan(request: PlanRequest) -> Plan:
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
                                               comfortable_gib=comfortable, layers=shape.layers),
                 structures=count, rejections=rejections)
-
-
-def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int) -> tuple:
-    """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
-    is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
-    placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
-    collectives on every layer and stays in the node), memory headroom (a layout above
-    MEMORY_COMFORT_FRACTION of the GPU risks allocator retries and fragmentation growth over a long
-    run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
-    (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
-    lay = row.structure
-    return (0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
-            row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
-            -(row.tokens_per_s or 0.0))
-
-
-def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
-         layers: int) -> list[PlannedLayout]:
-    """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
-
-    Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
-    error is larger than that), broken by :func:`_preference`; ``comfortable_gib`` is the
-    memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU), ``layers``
-    the model's decoder layers (for the stage-depth preference).
-    """
-
-    def preference(row: PlannedLayout) -> tuple:
-        return _preference(row, long_context, comfortable_gib, layers)
-
-    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
-    ranked: list[PlannedLayout] = []
-    start = 0
-    while start < len(fitting):
-        floor = fitting[start].tokens_per_s * (1 - C.ESTIMATE_TIE_TOLERANCE)
-        end = start
-        while end < len(fitting) and fitting[end].tokens_per_s >= floor:
-            end += 1
-        ranked.extend(sorted(fitting[start:end], key=preference))
-        start = end
-    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, preference(r)))
-    return ranked + rest
 
 
 def explain_layout(request: PlanRequest, layout: Layout, strategy: str = "megatron") -> list[Finding]:

@@ -38,6 +38,7 @@ from service.request_overrides import request_fields
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.steptime import calibration_note
 from service.validate import validate_text
+from service.yamlio import OverrideError, apply_overrides
 from trainer.capabilities import CAPABILITIES, supports_precision
 from trainer.dotted import get_dotted as _get
 
@@ -122,19 +123,20 @@ def _recipe_and_contract(card: ModelCard, goal: str, engine: str, hardware: str,
 def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
                       goal: str = "pretrain", engine: str = "megatron",
                       seq_length: Optional[int] = None, precision: Optional[str] = None,
-                      ) -> tuple[Optional[int], Optional[int], Optional[str], Optional[str]]:
-    """(sequence length, global batch, precision, gradient reduce dtype) of the recipe `recommend` would
-    start from, for `plan` requests that leave them out; all None when the index has no recipe."""
+                      ) -> tuple[Optional[int], Optional[int], Optional[str], Optional[str], bool]:
+    """(sequence length, global batch, precision, gradient reduce dtype, offline packing) of the recipe
+    `recommend` would start from, for `plan` requests that leave them out; None (and no packing) when the
+    index has no recipe."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
-    _, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
+    recipe, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
     seq = _contract_seq(card, contract)
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
     return (seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision,
-            _get(contract, "distributed.grad_reduce_dtype"))
+            _get(contract, "distributed.grad_reduce_dtype"), packs_offline(recipe, []))
 
 
 # ---------------------------------------------------------------- the whole flow
@@ -180,10 +182,21 @@ def _contract_seq(card: ModelCard, contract: dict) -> Optional[int]:
     return seq
 
 
+def packs_offline(recipe: Optional[RecipeEntry], overrides: list[str]) -> bool:
+    """Whether the advised config will pack its data offline (``dataset.packed_sequence: true``, the
+    index's _sft_common/_peft_common recipes), the overrides applied: Bridge then takes micro batch 1 only."""
+    config = base_config(recipe)
+    try:
+        config = apply_overrides(config, overrides)
+    except OverrideError:
+        pass  # build_config applies them again and reports the error
+    return _get(config, "dataset.packed_sequence") is True
+
+
 def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict,
                       notes: list[str], *, nodes: Optional[int], seq_length: Optional[int],
                       global_batch_size: Optional[int], precision: Optional[str],
-                      grad_reduce_dtype: Optional[str] = None):
+                      grad_reduce_dtype: Optional[str] = None, packed_sequence: bool = False):
     """The plan request: what the user gave, the contract's values for the rest."""
     prec = precision or contract.get("precision")
     if engine == "bundled" and prec:  # as contract_defaults decides it for `plan`
@@ -192,7 +205,8 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
                         seq_length=_given(seq_length, _contract_seq(card, contract)),
                         global_batch_size=_given(global_batch_size, _get(contract, "step_scheduler.global_batch_size")),
-                        grad_reduce_dtype=grad_reduce_dtype or _get(contract, "distributed.grad_reduce_dtype") or "fp32")
+                        grad_reduce_dtype=grad_reduce_dtype or _get(contract, "distributed.grad_reduce_dtype") or "fp32",
+                        packed_sequence=packed_sequence)
 
 
 def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
@@ -217,7 +231,9 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     def contract_request(wanted: str, world: int, notes: list[str]):
         recipe, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length, precision,
                                                 notes)
-        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, **given), contract
+        packed = packs_offline(recipe, overrides or [])
+        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, packed_sequence=packed,
+                                         **given), contract
 
     notes: list[str] = []
     recipe, request, contract = contract_request(goal, probe.world_size, notes)

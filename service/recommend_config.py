@@ -228,7 +228,8 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         hw = request.hardware
         for key, value in default_fast_paths(hw.name, hw.arch, _get(config, "optimizer._target_"),
                                              _get(config, "loss_fn._target_"),
-                                             _get(config, "step_scheduler.max_steps")).items():
+                                             _get(config, "step_scheduler.max_steps"),
+                                             strategy=_get(config, "distributed.strategy") or "fsdp2").items():
             if _get(config, key) is None:
                 _set(config, key, value)
     if overrides:

@@ -5,8 +5,8 @@ planner chose: the layout, memory and time estimates and the launch commands all
 So the overrides of keys a request field sets become that field before anything is planned, and
 a contradiction between the two spellings is refused rather than resolved silently. The model name
 is --model, which is always given: an override may only restate it. Overrides are refused before
-planning, too, where they could not make a config: an unknown section, or a section that is not a
-mapping (``--dataset x``).
+planning, too, where they could not make a config: an unknown section, a section that is not a
+mapping (``--dataset x``), or a mapping where one value belongs (``--precision "{a: 1}"``).
 """
 
 from __future__ import annotations
@@ -94,7 +94,31 @@ def _checked_leaves(overrides: list[str]):
                                 f"{', '.join(sorted(top_level_keys()))} (override one as --section.key value)")
         if key == section and _is_section(key) and value is not None and not isinstance(value, dict):
             raise _not_a_mapping(key, value)
-        yield from _leaves(key, value)
+        if isinstance(value, dict) and _takes_one_value(key):  # `{}` has no leaves to catch below
+            raise _not_a_value(key, key, value)
+        for leaf, inner in _leaves(key, value):
+            scalar = next((p for p in _prefixes(leaf) if _takes_one_value(p)), None)
+            if scalar is not None:  # `--precision "{a: 1}"` would otherwise be dropped without a word
+                raise _not_a_value(key, scalar, value)
+            yield leaf, inner
+
+
+def _prefixes(key: str) -> list[str]:
+    """The dotted keys above ``key``: ``a.b.c`` -> ``a``, ``a.b``."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _takes_one_value(key: str) -> bool:
+    """A key that holds one value, never a mapping: a request key, a count key or a top-level value."""
+    return key in REQUEST_KEYS or key in COUNT_KEYS or (key in top_level_keys() and not _is_section(key))
+
+
+def _not_a_value(flag: str, key: str, value: Any) -> OverrideError:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    given = f"got {shown}" if flag == key else "it has no keys under it"
+    return OverrideError(f"--{flag}: {key} takes a single value, not a mapping ({given}); write the value "
+                         f"itself, e.g. --{key} VALUE")
 
 
 def request_fields(overrides: list[str], given: dict[str, Any], model: Optional[ModelCard] = None) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from recipe_index.errors import UnknownHardwareError, UnknownModelError
 from service import api_models as m
 from service.api_advise import recommend_answer
 from service.facts import split_world
-from service.http_limits import MAX_BODY_BYTES
+from service.http_limits import MAX_BODY_BYTES, REPEATED_PARAMETER
 from service.lookups import lookup_model
 from service.validate import validate_text
-from service.web_result import result_view
+from service.web_result import gib_text, result_view
 from service.yamlio import YamlError, decode
 
 router = APIRouter(include_in_schema=False)
@@ -44,6 +44,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_env.filters["gib"] = gib_text  # memory figures rounded as the CLI text rounds them
 templates = Jinja2Templates(env=_env)
 
 GOALS = [("pretrain", "Pretrain"), ("sft", "Supervised fine-tuning (SFT)"), ("peft", "LoRA fine-tuning (PEFT)")]
@@ -212,12 +213,16 @@ FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engi
                "grad_reduce_dtype")
 
 
-def _unknown_parameters(query: Any) -> list[Problem]:
-    """A Problem for each query parameter the form does not have: a misspelt or unsupported one
-    (`&global_batch=64`) would otherwise be dropped, and the page answer another request than asked."""
+def _query_problems(query: Any) -> list[Problem]:
+    """A Problem for each query parameter the form does not have, or has once but was given more
+    often: a misspelt or unsupported one (`&global_batch=64`) would otherwise be dropped, and a repeated
+    one (`&gpus=8&gpus=16`) answered with its last value; either way another request than asked (the
+    API refuses both with 422, http_limits.StrictRequestRoute)."""
     unknown = sorted({key for key in query.keys() if key not in FORM_FIELDS})
+    repeated = [key for key in dict.fromkeys(query.keys()) if key in FORM_FIELDS and len(query.getlist(key)) > 1]
     fields = ", ".join(FORM_FIELDS)
-    return [Problem(f"unknown parameter; the form's fields are {fields}", key[:40]) for key in unknown[:8]]
+    return ([Problem(f"unknown parameter; the form's fields are {fields}", key[:40]) for key in unknown[:8]]
+            + [Problem(REPEATED_PARAMETER, key) for key in repeated])
 
 
 def _form_body(form: dict) -> tuple[Optional[m.RecommendBody], list[Problem]]:
@@ -263,7 +268,7 @@ async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HT
     """(answer, error page, query string, file name) for the form's query parameters."""
     form = form_defaults(request.query_params)
     query = urlencode({k: v for k, v in form.items() if v})
-    problems = _unknown_parameters(request.query_params)
+    problems = _query_problems(request.query_params)
     body, problems = (None, problems) if problems else _form_body(form)
     status = 422  # as the API answers a body with an unknown key
     if body is not None:

@@ -9,9 +9,20 @@ against the card's capacity (solid line) and the usable share after headroom
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from service.memory import usable_memory_gib
+
+PUBLISHED_DIGITS = 2  # memory in the JSON answers: MemoryEstimate.as_dict's default
+
+
+def gib_text(value: float) -> str:
+    """A memory figure to one decimal, as every page and the CLI text show it: from the value the JSON
+    answers publish (``PUBLISHED_DIGITS``), rounded half up in decimal. Rounding the unrounded estimate
+    instead would show 61.3 where the page, which has only the published 61.35, shows 61.4."""
+    published = Decimal(repr(round(float(value), PUBLISHED_DIGITS)))
+    return str(published.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
 
 SEGMENTS = (  # (key in memory_gib, label, colour)
     ("weights", "weights", "#2f6fde"),
@@ -64,7 +75,7 @@ def memory_chart(memory: dict[str, float], capacity_gib: float) -> dict[str, Any
         "usable_x": round(usable * px, 1),
         "ticks": ticks,
         "percent": 100 * total / capacity_gib if capacity_gib else 0.0,
-        "title": f"Memory per GPU: {total:.1f} GiB of {capacity_gib:g} GiB",
+        "title": f"Memory per GPU: {gib_text(total)} GiB of {capacity_gib:g} GiB",
     }
 
 
@@ -87,7 +98,7 @@ def result_view(data: dict[str, Any], query: str, filename: str) -> dict[str, An
         "world_size": hardware["world_size"],
         "capacity_gib": f"{hardware['memory_gib']:g}",
         "usable_gib": f"{usable:.1f}",
-        "spare_gib": f"{usable - layout['memory_gib']['total']:.1f}",
+        "spare_gib": gib_text(usable - layout['memory_gib']['total']),
         "seq_length": seq or "-",
         "global_batch_size": gbs or "-",
         "tokens_per_step": f"{seq * gbs:,}" if seq and gbs else "-",

@@ -250,14 +250,21 @@ class _Builder:
         raise YamlError(f"unsupported YAML node {node.tag}", path=self.path)  # pragma: no cover
 
     def _mapping(self, node: MappingNode, key_path: str) -> dict:
+        """A mapping's keys as names (``str``). Keys written explicitly override merged ones (``<<``)
+        wherever the merge stands, as YAML specifies, so only a key written twice explicitly is a
+        duplicate. A key's identity is its YAML tag and value: ``1`` and ``"1"`` are two keys; should a
+        mapping hold both, the number keeps its type so neither value is lost."""
         result: dict = {}
+        written: dict[tuple[str, Any], Any] = {}  # (tag, value) of each explicit key -> where it is stored
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
-                merged = self.build(value_node, key_path)
-                for part in merged if isinstance(merged, list) else [merged]:
+                parts = self.build(value_node, key_path)
+                stored = set(written.values())
+                for part in parts if isinstance(parts, list) else [parts]:
                     if isinstance(part, dict):
                         for k, v in part.items():
-                            result.setdefault(k, v)
+                            if k not in stored:  # an explicit key wins, and of merged ones the first
+                                result.setdefault(k, v)
                 continue
             key = self.build(key_node, key_path, is_key=True)
             line, col = _mark(key_node.start_mark)
@@ -272,13 +279,34 @@ class _Builder:
                 kind = "a list" if isinstance(key, list) else "a mapping"
                 raise YamlError(f"a mapping key is {kind}; keys must be plain scalars (names or numbers)",
                                 path=self.path, line=line, column=col, fix="use a plain name as the key")
-            key = str(key)
-            child = f"{key_path}.{key}" if key_path else key
-            if key in result:
+            name = str(key)
+            child = f"{key_path}.{name}" if key_path else name
+            stored = self._store_as(written, (key_node.tag, key), name, result)
+            if stored is None:
                 self.duplicates.append((child, line, col))
+                stored = written[(key_node.tag, key)]
             self.positions[child] = (line, col)
-            result[key] = self.build(value_node, child)
+            result[stored] = self.build(value_node, child)
         return result
+
+    @staticmethod
+    def _store_as(written: dict, identity: tuple[str, Any], name: str, result: dict) -> Any:
+        """The dict key for an explicit mapping key, None when the same key was written before. Keys
+        are names, except that a number sharing its text with a text key keeps its type (moved there
+        should the text key come second)."""
+        if identity in written:
+            return None
+        tag, key = identity
+        holder = next((other for other, where in written.items() if where == name), None)
+        if holder is None:
+            written[identity] = name
+        elif isinstance(key, str):  # the number that holds this name gives it up
+            written[holder] = holder[1]
+            result[holder[1]] = result.pop(name)
+            written[identity] = name
+        else:
+            written[identity] = key
+        return written[identity]
 
 
 def _check_expansion(root: Node, path: str) -> None:

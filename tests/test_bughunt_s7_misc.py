@@ -431,7 +431,7 @@ def test_validate_names_the_bad_field_instead_of_crashing(tmp_path, capsys, edit
     code, findings = _validate(tmp_path, capsys, f"model: {{pretrained_model_name_or_path: '{tmp_path}'}}\n"
                                "dataset: {seq_length: 128}\ndistributed: {strategy: fsdp2}\n"
                                "hardware: {gpu_type: cpu, gpus_per_node: 2}\n")
-    assert code == 0 and [f["code"] for f in findings] == ["RA-C009"]
+    assert code == 1 and [(f["code"], f["severity"]) for f in findings] == [("RA-C009", "error")]  # s7b #7a
     assert said in findings[0]["message"]
 
 

@@ -59,7 +59,10 @@ def _check(tmp_path: Path, saved: dict, current: dict) -> list[str]:
     ({"rng__seed": 7}, "rng.seed 1234 -> 7"),
     ({"precision": "bf16"}, "precision fp32 -> bf16"),
     ({"lr_scheduler__warmup_steps": 0}, "lr_scheduler.warmup_steps 2 -> 0"),
-    ({"optimizer__weight_decay": None}, "optimizer.weight_decay 0.01 -> unset"),
+    # Removing weight_decay leaves AdamW's own 0.01 (no change); SGD's 0 is another run.
+    ({"optimizer__weight_decay": None, "optimizer___target_": "torch.optim.SGD"},
+     "optimizer._target_ torch.optim.AdamW -> torch.optim.SGD; optimizer.weight_decay 0.01 -> unset"),
+    ({"optimizer__eps": 1.0e-6}, "optimizer.eps 1e-08 -> 1e-06"),
     ({"distributed__grad_reduce_dtype": "bf16"}, "distributed.grad_reduce_dtype fp32 -> bf16"),
 ])
 def test_a_convergence_change_is_refused_naming_the_key_and_the_way_out(tmp_path, changes, named):

@@ -91,6 +91,7 @@ CASES = [
     ("RA-L017", "dense", {"distributed.use_megatron_fsdp": True, "distributed.pp_size": 2,
                           "distributed.vp_size": 2}),
     ("RA-B001", "dense", {"step_scheduler.global_batch_size": 30}),
+    ("RA-B002", "dense", {"step_scheduler.local_batch_size": 2, "dataset.packed_sequence": True}),
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),
     ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),

@@ -128,16 +128,18 @@ def test_bad_config_stops_before_any_work_and_leaves_checkpoints_alone(tmp_path,
     assert tree_digest(ckpt) == before
 
 
-def test_incompatible_auto_detected_checkpoint_is_skipped_with_a_warning(tmp_path, single_run):
+def test_incompatible_auto_detected_checkpoint_is_refused_not_overwritten(tmp_path, single_run):
+    # Bug hunt s7b #2: starting fresh in the folder overwrote the old run's checkpoint at the same step.
     shutil.copytree(single_run, tmp_path / "ckpt")
-    config = write_config(tmp_path, {"step_scheduler": {"max_steps": 1}})
+    before = tree_digest(tmp_path / "ckpt")
+    config = write_config(tmp_path, {"step_scheduler": {"max_steps": 2}})
     result = run_trainer(config, "--model.pretrained_model_name_or_path", _model_with_one_kv_head(tmp_path / "m"),
                          nproc=0)
-    assert_clean_exit(result)
-    assert "warning: skipping checkpoint" in result.stderr and "num_key_value_heads" in result.stderr
-    assert [r["step"] for r in records(tmp_path / "ckpt" / "training.jsonl")] == [1]
-    assert list((tmp_path / "ckpt").glob("training.jsonl.*.old")), "the older run's metrics are kept aside"
-    assert (tmp_path / "ckpt" / "epoch_0_step_2" / ".complete").is_file(), "the skipped checkpoint stays"
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "holds checkpoint epoch_0_step_2 of another model" in result.stderr
+    assert "num_key_value_heads" in result.stderr and "new checkpoint.checkpoint_dir" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tree_digest(tmp_path / "ckpt") == before, "the old run's checkpoint stays as it was"
 
 
 def test_recipe_advisor_train_runs_the_bundled_pretrain_recipe(tmp_path):

@@ -8,6 +8,7 @@ Layout of ``checkpoint_dir`` (DESIGN.md)::
         .complete                   written last; a folder without it is never taken
         config.yaml                 the effective config of the run (a resume compares its own with it)
         signature.json              the model signature (architecture + PEFT) for compatibility checks
+        schedule.json               steps per epoch and the run's length (is a changed length another schedule?)
         model/consolidated/         Hugging Face config.json + safetensors (transformers loads it)
         model/adapter_model.safetensors, model/adapter_config.json    (LoRA runs)
         optim/                      optimizer state, torch.distributed.checkpoint (sharded, one file per rank)
@@ -31,24 +32,25 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
+from trainer.optim_defaults import optimizer_defaults
 from trainer.overrides import ConfigError, load_yaml_file
+from trainer.state_io import (load_optimizer, load_torch, rng_state, save_optimizer, save_torch,  # noqa: F401
+                              set_rng_state)
 
 COMPLETE_MARKER = ".complete"
+SCHEDULE_FILE = "schedule.json"
 LATEST_FILE = "LATEST"
 TMP_PREFIX = ".tmp_"
-if TYPE_CHECKING:
-    import torch
 
 _NAME = re.compile(r"^epoch_(\d+)_step_(\d+)$")
 
@@ -189,6 +191,42 @@ def read_signature(ckpt: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
+def unfit_checkpoint_error(ckpt: Path, differences: list[str], explicit: bool) -> ConfigError:
+    """The refusal of a checkpoint whose weights do not fit this model or PEFT setup. An auto-detected
+    one is refused too: starting fresh in its folder would overwrite it at the first save of its step
+    (and ``keep_last`` would then delete the rest). ``allow_config_change`` cannot help: the weights
+    themselves do not load."""
+    detail = "; ".join(differences)
+    cannot = "checkpoint.allow_config_change cannot resume it, the weights do not load into this model"
+    if explicit:
+        return ConfigError(f"restore_from.path: checkpoint {ckpt} does not fit this model ({detail}); restore a "
+                           f"checkpoint of the same architecture and PEFT setup ({cannot})")
+    return ConfigError(
+        f"checkpoint.checkpoint_dir: {ckpt.parent} holds checkpoint {ckpt.name} of another model or PEFT setup "
+        f"({detail}); starting fresh there would overwrite it. Give this run a new checkpoint.checkpoint_dir, or "
+        f"remove the old checkpoints from {ckpt.parent} to start over there ({cannot})")
+
+
+def write_schedule(folder: Path, steps_per_epoch: int, total_steps: int) -> None:
+    (folder / SCHEDULE_FILE).write_text(json.dumps({"steps_per_epoch": steps_per_epoch,
+                                                    "total_steps": total_steps}) + "\n")
+
+
+def read_steps_per_epoch(ckpt: Path) -> Optional[int]:
+    """Steps per epoch of the run that saved ``ckpt``, or None (saved before schedule.json existed)."""
+    try:
+        value = json.loads((ckpt / SCHEDULE_FILE).read_text(encoding="utf-8")).get("steps_per_epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def saved_world_size(ckpt: Path) -> Optional[int]:
+    """Processes of the run that saved ``ckpt``: one RNG file per rank (None when there are none)."""
+    ranks = list((ckpt / "rng").glob("rank_*.pt"))
+    return len(ranks) or None
+
+
 # ----------------------------------------------------------------------------- config changes on resume
 
 # Keys a resumed run must share with the run that saved the checkpoint, or it continues another
@@ -245,53 +283,97 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, 
     return [] if _normalise(old) == _normalise(new) else [(prefix, old, new)]
 
 
-def _is_convergence(key: str, current: RecipeConfig) -> bool:
+def run_length(steps: Any, steps_per_epoch: int) -> int:
+    """trainer.step_scheduler.StepScheduler.total_steps for a step_scheduler section."""
+    epoch_steps = steps.num_epochs * steps_per_epoch
+    return min(steps.max_steps, epoch_steps) if steps.max_steps else epoch_steps
+
+
+def _is_convergence(key: str, current: RecipeConfig, same_length: bool = False) -> bool:
     if _under(key, RESUME_EXECUTION_KEYS):
         return False
     if _under(key, RUN_LENGTH_KEYS):
         schedule = current.lr_scheduler
-        return schedule.decay_steps is None and schedule.schedule != "constant"
+        return schedule.decay_steps is None and schedule.schedule != "constant" and not same_length
     return _under(key, RESUME_CONVERGENCE_KEYS)
 
 
-def config_changes(saved: RecipeConfig, current: RecipeConfig) -> list[ConfigChange]:
-    """Every key whose value, schema defaults applied, differs between the checkpoint's config and
-    this run's, in key order, each marked convergence or not (the key lists above)."""
-    old, new = (c.model_dump(mode="json", by_alias=True) for c in (saved, current))
-    return [ConfigChange(key, before, after, _is_convergence(key, current))
+# Values the schema derives from other keys (RecipeConfig._etp_default): a change that only follows
+# its source is no change of its own, so only a value the user set differently is listed.
+DERIVED_KEYS = {"distributed.etp_size": lambda c: 1 if c.distributed.ep_size > 1 else c.distributed.tp_size}
+
+
+def _comparable(cfg: RecipeConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+    dump = cfg.model_dump(mode="json", by_alias=True)
+    for key, source in DERIVED_KEYS.items():
+        section, _, name = key.partition(".")
+        if dump[section][name] == source(cfg):
+            dump[section][name] = None
+    # The optimizer's own defaults written out (eps 1e-8, amsgrad false for AdamW) are no change.
+    for name, value in defaults.items():
+        if dump["optimizer"].get(name) is None:
+            dump["optimizer"][name] = value
+    if dump.get("peft"):  # "all-linear" and the list it names are one setting
+        dump["peft"]["target_modules"] = _targets(dump["peft"]["target_modules"])
+    return dump
+
+
+def config_changes(saved: RecipeConfig, current: RecipeConfig,
+                   steps_per_epoch: Optional[int] = None) -> list[ConfigChange]:
+    """Every key whose value, schema defaults (and the optimizer's own) applied, differs between the
+    checkpoint's config and this run's, in key order, each marked convergence or not (the key lists
+    above). ``steps_per_epoch`` (of the saved run) tells whether a changed max_steps / num_epochs
+    keeps the run's length, and so the LR schedule's: then it only says where the run stops."""
+    same_target = saved.optimizer.target == current.optimizer.target
+    defaults = optimizer_defaults(current.optimizer.target) if same_target else {}
+    old, new = _comparable(saved, defaults), _comparable(current, defaults)
+    same_length = steps_per_epoch is not None and (run_length(saved.step_scheduler, steps_per_epoch)
+                                                   == run_length(current.step_scheduler, steps_per_epoch))
+    return [ConfigChange(key, before, after, _is_convergence(key, current, same_length))
             for key, before, after in _changed_keys(old, new) if not _under(key, NOT_COMPARED)]
 
 
-def check_resume_config(ckpt: Path, current: RecipeConfig, chosen_by: str) -> list[str]:
+def check_resume_config(ckpt: Path, current: RecipeConfig, chosen_by: str,
+                        world_size: Optional[int] = None) -> list[str]:
     """Compare this run's config with the ``config.yaml`` the checkpoint was saved under.
 
     Convergence changes (a new LR, schedule, global batch, data, ...) raise ConfigError naming each
     key (old -> new), unless ``checkpoint.allow_config_change`` is set: then the first line returned
     is a warning listing them. Execution changes (layout, micro batch, kernels, logging) give an
     info line. ``chosen_by`` is the key that picked the checkpoint (restore_from.path or
-    checkpoint.checkpoint_dir), named by the error. Returns the lines to log (rank 0)."""
+    checkpoint.checkpoint_dir), named by the error with the way out that fits it. A ``world_size``
+    other than the saving run's is listed with the execution changes. Returns the lines to log (rank 0)."""
     try:
         saved = parse_config(load_yaml_file(ckpt / "config.yaml"))
     except (ConfigError, ValueError) as exc:  # no config.yaml, or one this schema no longer reads
         reason = str(exc).splitlines()[0]
         return [f"warning: cannot compare this config with the one {ckpt} was saved under ({reason}); "
                 "resuming without that check"]
-    changes = config_changes(saved, current)
+    changes = config_changes(saved, current, read_steps_per_epoch(ckpt))
     convergence = "; ".join(str(c) for c in changes if c.convergence)
-    execution = "; ".join(str(c) for c in changes if not c.convergence)
+    execution = "; ".join([str(c) for c in changes if not c.convergence] + _world_change(ckpt, world_size))
     lines = []
     if convergence and not current.checkpoint.allow_config_change:
+        fresh = ("Restore a checkpoint saved under this config (restore_from.path), unset restore_from.path to "
+                 "start fresh" if chosen_by == "restore_from.path" else
+                 "Start fresh with a new checkpoint.checkpoint_dir")
+        shape = any(_under(c.key, ("model", "peft")) for c in changes if c.convergence)
         raise ConfigError(
             f"{chosen_by}: checkpoint {ckpt} was saved under another training config ({convergence}); resuming "
-            "it would continue a different experiment. Start fresh with a new checkpoint.checkpoint_dir, or "
-            "resume anyway with --checkpoint.allow_config_change true (the LR, batch and data then follow "
-            "this config)")
+            f"it would continue a different experiment. {fresh}, or resume anyway with "
+            "--checkpoint.allow_config_change true (the LR, batch and data then follow this config"
+            + ("; a checkpoint of another architecture or PEFT shape does not load even then)" if shape else ")"))
     if convergence:
         lines.append(f"warning: resuming {ckpt} under a changed training config (checkpoint.allow_config_change): "
                      f"{convergence}; from its step on, training follows this config")
     if execution:
         lines.append(f"resuming {ckpt} with other execution settings (the same training): {execution}")
     return lines
+
+
+def _world_change(ckpt: Path, world_size: Optional[int]) -> list[str]:
+    saved = saved_world_size(ckpt)
+    return [f"world size {saved} -> {world_size}"] if world_size and saved and saved != world_size else []
 
 
 # ----------------------------------------------------------------------------- publication
@@ -373,75 +455,3 @@ class CheckpointDir:
             (path / COMPLETE_MARKER).unlink(missing_ok=True)
             shutil.rmtree(path, ignore_errors=True)
         return doomed
-
-
-# ----------------------------------------------------------------------------- state files
-
-def rng_state() -> dict[str, Any]:
-    import torch
-
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    try:
-        import numpy as np
-    except ImportError:
-        return state
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-
-
-def save_torch(obj: Any, path: Path) -> None:
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, path)
-
-
-def load_torch(path: Path) -> Any:
-    import torch
-
-    # weights_only: a checkpoint is data; never unpickle arbitrary objects from it.
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def save_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Sharded optimizer state via torch.distributed.checkpoint (collective: every rank calls it)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(path))
-
-
-def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Load the state (moments, step counts) into the (already sharded) optimizer.
-
-    The param groups' hyper-parameters (lr, weight decay, betas, fused, ...) stay those this run's
-    config built it with: the saved groups carry the saved run's, and an unchanged config gives the
-    same values, so only a resume under ``checkpoint.allow_config_change`` sees a difference."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-
-    configured = [{k: group[k] for k in (*optimizer.defaults, "initial_lr") if k in group}
-                  for group in optimizer.param_groups]
-    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=str(path))
-    set_optimizer_state_dict(model, optimizer, state["optimizer"])
-    for group, values in zip(optimizer.param_groups, configured):
-        group.update(values)

@@ -15,8 +15,8 @@ import math
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidatorFunctionWrapHandler, WithJsonSchema,
-                      WrapValidator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidatorFunctionWrapHandler,
+                      WithJsonSchema, WrapValidator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from trainer.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS
@@ -81,7 +81,14 @@ def _module_names_or_all_linear(value: Any, handler: ValidatorFunctionWrapHandle
     return handler(value)
 
 
+def _module_names_as_written(value: Any) -> Any:
+    # Dumped as validated: "all-linear" stays the string (as list[str] it dumped with a
+    # PydanticSerializationUnexpectedValue warning at every checkpoint save and resume).
+    return value if isinstance(value, str) else list(value)
+
+
 TargetModules = Annotated[list[str], WrapValidator(_module_names_or_all_linear),
+                          PlainSerializer(_module_names_as_written),
                           WithJsonSchema({"oneOf": [{"const": ALL_LINEAR}, {"type": "array", "items": {"type": "string"}}]})]
 
 

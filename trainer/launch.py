@@ -16,9 +16,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
+from trainer.fast_paths import fused_step_runs
 from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.step_scheduler import derive_grad_acc_steps
@@ -61,8 +63,10 @@ UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context
                           ("ep_size", "expert parallel"))
 
 
-def preflight(cfg: RecipeConfig, world_size: int) -> None:
-    """Every check that needs no torch and no model: run before any work, on every rank alike."""
+def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> None:
+    """Every check that needs no torch and no model: run before any work, on every rank alike.
+    ``compare_resume``: also the resume checks of the checkpoint this run would resume
+    (check_resume_before_launch); the workers run them after the model's signature check instead."""
     d = cfg.distributed
     if d.strategy == "megatron":
         raise ConfigError(
@@ -111,6 +115,11 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
             check_target(target, section_name)
     if cfg.optimizer.target is None:
         raise ConfigError("optimizer._target_: missing; e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}")
+    if (cfg.optimizer.fused and cfg.optimizer.target.startswith("torch.optim.")
+            and not fused_step_runs(cfg.optimizer.target, d.strategy)):
+        raise ConfigError(f"optimizer.fused: {cfg.optimizer.target} has no fused step for the sharded (DTensor) "
+                          f"parameters of strategy {d.strategy} (torch fuses only Adam and AdamW there); set "
+                          "optimizer.fused: false, or distributed.strategy: ddp")
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
         raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
     check_model_section(cfg.model)
@@ -119,6 +128,28 @@ def preflight(cfg: RecipeConfig, world_size: int) -> None:
         check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
+    if compare_resume:
+        check_resume_before_launch(cfg, world_size)
+
+
+def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:
+    """The resume checks of the workers (trainer.recipes.base_recipe.select_checkpoint) that need no
+    model, so that the launcher and ``--dry-run`` refuse what the workers would: the config
+    comparison, and the PEFT part of the signature (the architecture part needs the built model)."""
+    restore_from = cfg.restore_from.path if cfg.restore_from else None
+    if restore_from is None and not cfg.checkpoint.enabled:
+        return
+    path, explicit = resolve_restore(restore_from, Path(cfg.checkpoint.checkpoint_dir))
+    if path is None:
+        return
+    saved = ckpt.read_signature(path)
+    if "peft" in saved:
+        peft = cfg.peft.model_dump() if cfg.peft is not None else None
+        diffs = ckpt.signature_differences({"peft": ckpt.model_signature(None, peft)["peft"]},
+                                           {"peft": saved["peft"]})
+        if diffs:
+            raise ckpt.unfit_checkpoint_error(path, diffs, explicit)
+    ckpt.check_resume_config(path, cfg, "restore_from.path" if explicit else "checkpoint.checkpoint_dir", world_size)
 
 
 def launch_world_size() -> int:
@@ -144,7 +175,7 @@ def run(argv: list[str]) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:
         raw, cfg = load_config(argv[0], argv[1:])
-        preflight(cfg, launch_world_size())
+        preflight(cfg, launch_world_size(), compare_resume=False)
     except ConfigError as exc:
         if _is_rank_zero():
             print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ warning that names the assumption. The gradient buffer's dtype is in the schema
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from service import constants as C
 from service.facts import Facts
@@ -34,25 +34,42 @@ def sharding_of(facts: Facts) -> str:
     return BUNDLED_SHARDING.get(facts.strategy, "optimizer")
 
 
-def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False) -> str:
+def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False,
+         total_after: Optional[Callable[..., float]] = None) -> str:
     """Only steps this engine runs and this world holds (service/rules/sizes.py): a fix that names
     pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix.
-    ``states_only``: the zero-token estimate alone is too big, so activation savers are no fix either."""
+    ``states_only``: the zero-token estimate alone is too big, so activation savers are no fix either,
+    and ``total_after(sharding=..., **layout sizes)`` (that estimate after a step) keeps only the steps
+    that close the gap, or failing that close at least a quarter of it: a TP under FSDP2 barely moves
+    state that is already sharded over every GPU, so naming it only trades one finding for the next."""
     steps = [] if states_only else _activation_steps(facts.layout)
     ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
-    if ep is not None:
-        steps.append(f"raise distributed.ep_size to {ep} (expert weights shard over EP)")
-    if tp is not None:
-        steps.append(f"raise distributed.tp_size to {tp} (within the NVLink domain)")
-    if pp is not None:
-        steps.append(f"raise distributed.pp_size to {pp}")
-    steps.extend(_sharding_steps(facts))
+    candidates = [(step, _grown(facts.layout, name, size)) for size, name, step in (
+        (ep, "ep", f"raise distributed.ep_size to {ep} (expert weights shard over EP)"),
+        (tp, "tp", f"raise distributed.tp_size to {tp} (within the NVLink domain)"),
+        (pp, "pp", f"raise distributed.pp_size to {pp}")) if size is not None]
+    candidates += [(step, {"sharding": sharding}) for step, sharding in _sharding_steps(facts)]
+    closing = [step for step, _ in candidates]
+    if total_after is not None:
+        after = [(step, total_after(**change)) for step, change in candidates]
+        closing = [step for step, value in after if value <= capacity]
+        steps += closing or [f"{step} (not enough alone: {value:.1f} GiB)" for step, value in after
+                             if total - value >= (total - capacity) / 4]
+    else:
+        steps += closing
     if facts.strategy == "fsdp2":
         steps.append("run on more GPUs (FSDP2 shards weights, gradients and optimizer state over all of them)")
-    if not steps:
+    elif not steps or (states_only and not closing):
         steps.append("run on more GPUs or on a GPU with more memory")
     return (f"need {total - capacity:.1f} GiB less per GPU: " + "; ".join(steps)
             + "; `recipe-advisor plan` lists layouts that fit")
+
+
+def _grown(lay, name: str, size: int) -> dict:
+    """The layout sizes after raising one of them (without experts, the expert mesh follows TP)."""
+    if name == "tp" and lay.ep == 1 and lay.etp == lay.tp:
+        return {"tp": size, "etp": size}
+    return {name: size}
 
 
 def _activation_steps(lay) -> list[str]:
@@ -65,19 +82,21 @@ def _activation_steps(lay) -> list[str]:
     return steps
 
 
-def _sharding_steps(facts: Facts) -> list[str]:
+def _sharding_steps(facts: Facts) -> list[tuple[str, str]]:
+    """(step, the sharding it leads to) for each sharding change the strategy offers."""
     sharding = sharding_of(facts)
     if sharding == "full":
         return []
     if facts.strategy == "ddp":
-        return ["use strategy: fsdp2 (shards weights, gradients and optimizer state)"]
+        return [("use strategy: fsdp2 (shards weights, gradients and optimizer state)", "full")]
     if bundled(facts):
         return []
     steps = []
     if sharding == "none":
-        steps.append("set distributed.use_distributed_optimizer: true (shards optimizer state over DP)")
+        steps.append(("set distributed.use_distributed_optimizer: true (shards optimizer state over DP)",
+                      "optimizer"))
     if facts.layout.pp == 1:  # Megatron-FSDP does not compose with PP (RA-L017)
-        steps.append("shard weights and gradients too with distributed.use_megatron_fsdp: true")
+        steps.append(("shard weights and gradients too with distributed.use_megatron_fsdp: true", "full"))
     return steps
 
 
@@ -103,7 +122,9 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
     if not f.seq_length:
-        return _states_without_sequence(f, estimate, capacity, engine)
+        def total_after(sharding: str = sharding, **sizes: int) -> float:
+            return model.estimate(f.layout.with_(**sizes), sharding, accumulation).total
+        return _states_without_sequence(f, estimate, capacity, engine, total_after)
     total = estimate.total
     breakdown = (f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}, "
                  f"activations {estimate.activations:.1f}, other {estimate.other:.1f}")
@@ -122,15 +143,20 @@ def memory_fits(f: Facts) -> Optional[Violation]:
 
 MEGATRON_SAVERS = ("unless the Megatron Bridge recipe adds memory savers this config does not state (CPU offload, "
                    "precision-aware optimizer, recompute modules)")
+MODEL_KEY = "model.pretrained_model_name_or_path"
 SEQ_FIX = ("set dataset.seq_length (the tokens per sequence you train on, e.g. 4096, Megatron Bridge's default) "
            "so the activations are checked too")
 
 
-def _states_without_sequence(f: Facts, estimate: MemoryEstimate, capacity: float, engine: str) -> Violation:
+def _states_without_sequence(f: Facts, estimate: MemoryEstimate, capacity: float, engine: str,
+                             total_after: Callable[..., float]) -> Violation:
     """No dataset.seq_length: the zero-token estimate (training state, runtime, and the activations no
     token count changes, such as FSDP2's unsharded blocks) is a lower bound on the real one. Above the
     GPU it is an error (a warning for megatron, as above), above the warning fraction a warning, else an
-    info finding that per-token activations went unchecked. Activation savers cannot lower this bound."""
+    info finding that per-token activations went unchecked. Activation savers cannot lower this bound,
+    and a fix is named only when its own zero-token estimate closes the gap (see ``_fix``). The
+    finding points at the model key: the model's size is what it judges, and the key it would
+    otherwise name (activation checkpointing) may not be in the file."""
     total = estimate.total
     breakdown = (f"weights {estimate.weights:.1f}, grads {estimate.grads:.1f}, optimizer {estimate.optimizer:.1f}, "
                  f"fixed activations {estimate.activations:.1f}, other {estimate.other:.1f}")
@@ -138,13 +164,15 @@ def _states_without_sequence(f: Facts, estimate: MemoryEstimate, capacity: float
                 "dataset.seq_length is not set, so those are not counted)")
     where = f"the {capacity:g} GiB of one {f.hardware.name}"
     if total > capacity:
-        message, fix = f"needs {at_least}, more than {where}", _fix(f, total, capacity, states_only=True)
+        fix = _fix(f, total, capacity, states_only=True, total_after=total_after)
+        message = f"needs {at_least}, more than {where}"
         if engine == "bundled":
-            return Violation(message, fix)
-        return Violation(f"{message}, {MEGATRON_SAVERS}", fix, severity="warning")
+            return Violation(message, fix, key=MODEL_KEY)
+        return Violation(f"{message}, {MEGATRON_SAVERS}", fix, severity="warning", key=MODEL_KEY)
     if total > capacity * C.MEMORY_WARNING_FRACTION:
+        target = capacity * C.MEMORY_WARNING_FRACTION
         return Violation(f"needs {at_least}, {total / capacity:.0%} of {where}: activations and allocator "
-                         "spikes come on top", _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION, states_only=True),
-                         severity="warning")
+                         "spikes come on top", _fix(f, total, target, states_only=True, total_after=total_after),
+                         severity="warning", key=MODEL_KEY)
     return Violation(f"activation memory not checked: the config has no dataset.seq_length; it needs {at_least} "
                      f"of {where}", SEQ_FIX, severity="info", key="dataset.seq_length")

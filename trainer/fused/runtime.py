@@ -2,9 +2,10 @@
 
 - `resolve_kernels`: `model.kernels` auto | torch | liger | reference (trainer/fused/ops.py);
   `resolve_loss_kernels`: the same setting for the fused linear + cross-entropy.
-- `fast_optimizer_kwargs`: `fused=True` for torch's Adam/AdamW/SGD/Adagrad unless the config sets
-  `fused` or `foreach` (one multi-tensor kernel per step instead of a loop of small ops; CPU has
-  fused Adam(W) since torch 2.4).
+- `fast_optimizer_kwargs`: `fused=True` for torch's Adam/AdamW/SGD/Adagrad (Adam/AdamW only under
+  FSDP2, whose DTensor parameters have no fused SGD/Adagrad kernel) unless the config sets `fused`
+  or `foreach` (one multi-tensor kernel per step instead of a loop of small ops; CPU has fused
+  Adam(W) since torch 2.4).
 - `cpu_has_native_bf16`: whether bf16 autocast on this CPU runs native bf16 GEMMs (AVX512-BF16,
   AMX, Arm BF16) or emulates them, slower than fp32.
 - `apply_fp8`: torchao float8 linears (Micikevicius et al. 2022, "FP8 Formats for Deep Learning")
@@ -23,7 +24,7 @@ from typing import Any, Mapping, Optional
 import torch
 from torch import nn
 
-from trainer.fast_paths import FUSED_OPTIMIZERS
+from trainer.fast_paths import fused_step_runs
 from trainer.models.config import KERNEL_SETTINGS
 from trainer.overrides import ConfigError
 
@@ -63,10 +64,13 @@ def resolve_loss_kernels(setting: str, device_type: str) -> str:
     return "torch"
 
 
-def fast_optimizer_kwargs(target: Optional[str], kwargs: Mapping[str, Any], device_type: str) -> dict[str, Any]:
-    """The optimizer's keyword arguments with `fused=True` added where torch has a fused kernel."""
+def fast_optimizer_kwargs(target: Optional[str], kwargs: Mapping[str, Any], device_type: str,
+                          strategy: str = "ddp") -> dict[str, Any]:
+    """The optimizer's keyword arguments with `fused=True` added where torch has a fused kernel for
+    this device and ``distributed.strategy`` (trainer.fast_paths.fused_step_runs)."""
     out = dict(kwargs)
-    if target in FUSED_OPTIMIZERS and device_type in _FUSED_DEVICES and "fused" not in out and "foreach" not in out:
+    if (fused_step_runs(target, strategy) and device_type in _FUSED_DEVICES and "fused" not in out
+            and "foreach" not in out):
         out["fused"] = True
     return out
 

@@ -123,6 +123,9 @@ class BaseRecipe:
             ckpt.save_torch(shared, staging / TRAINER_STATE_FILE)
             (staging / "config.yaml").write_text(yaml.safe_dump(self.raw_config, sort_keys=False))
             (staging / "signature.json").write_text(json.dumps(self.model_signature(), indent=2) + "\n")
+            steps = getattr(self, "step_scheduler", None)
+            if steps is not None:
+                ckpt.write_schedule(staging, steps.steps_per_epoch, steps.total_steps)
         barrier()
         fault_point("during_save", step, info.rank)
         final = store.publish(staging, epoch, step) if info.is_main else store.root / ckpt.checkpoint_name(epoch, step)
@@ -133,9 +136,10 @@ class BaseRecipe:
     def select_checkpoint(self) -> Optional[Path]:
         """The checkpoint to resume from (restore_from, else auto-detected), after the signature check.
 
-        An explicitly requested checkpoint that does not fit this model is an error listing the
-        differing fields; an auto-detected one is skipped with a warning (training starts fresh).
-        One that fits is then compared with the config it was saved under
+        A checkpoint that does not fit this model is an error listing the differing fields, also an
+        auto-detected one: starting fresh in its folder would overwrite it (``checkpoint.enabled:
+        false`` runs without auto-resume and without saving). One that fits is then compared with the
+        config it was saved under
         (``checkpoint.check_resume_config``): a changed convergence key is an error unless
         ``checkpoint.allow_config_change`` is set.
         """
@@ -150,17 +154,9 @@ class BaseRecipe:
             return None
         diffs = ckpt.signature_differences(self.model_signature(), ckpt.read_signature(path))
         if diffs:
-            detail = "; ".join(diffs)
-            if explicit:
-                from trainer.overrides import ConfigError
-
-                raise ConfigError(f"restore_from.path: checkpoint {path} does not fit this model ({detail}); "
-                                  "restore a checkpoint of the same architecture and PEFT setup")
-            log(f"warning: skipping checkpoint {path}: it does not fit this model ({detail}); starting fresh",
-                self.dist)
-            return None
+            raise ckpt.unfit_checkpoint_error(path, diffs, explicit)
         chosen_by = "restore_from.path" if explicit else "checkpoint.checkpoint_dir"
-        for line in ckpt.check_resume_config(path, self.cfg, chosen_by):
+        for line in ckpt.check_resume_config(path, self.cfg, chosen_by, self.dist.world_size):
             log(line, self.dist)
         return path
 

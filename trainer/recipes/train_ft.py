@@ -138,7 +138,8 @@ class TrainFinetuneRecipe(BaseRecipe):
             model_io.restore_weights_after_sharding(self.model, self.restore_path, peft=cfg.peft is not None)
 
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer_kwargs = fast_optimizer_kwargs(cfg.optimizer.target, cfg.optimizer.kwargs(), info.device.type)
+        optimizer_kwargs = fast_optimizer_kwargs(cfg.optimizer.target, cfg.optimizer.kwargs(), info.device.type,
+                                                 cfg.distributed.strategy)
         self.optimizer = instantiate({"_target_": cfg.optimizer.target, **optimizer_kwargs}, "optimizer",
                                      params=params)
         self.loss_fn = build_loss_fn(cfg.loss_fn)

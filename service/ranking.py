@@ -1,0 +1,51 @@
+"""The planner's ranking: fitting layouts by estimated tokens/s per GPU, ties broken by the seed's preferences."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service import constants as C
+
+if TYPE_CHECKING:
+    from service.planner import PlannedLayout
+
+
+def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int) -> tuple:
+    """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
+    is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
+    placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
+    collectives on every layer and stays in the node), memory headroom (a layout above
+    MEMORY_COMFORT_FRACTION of the GPU risks allocator retries and fragmentation growth over a long
+    run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
+    (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
+    lay = row.structure
+    return (0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
+            row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
+            -(row.tokens_per_s or 0.0))
+
+
+def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
+         layers: int) -> list[PlannedLayout]:
+    """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
+
+    Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
+    error is larger than that), broken by :func:`_preference`; ``comfortable_gib`` is the
+    memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU), ``layers``
+    the model's decoder layers (for the stage-depth preference).
+    """
+
+    def preference(row: PlannedLayout) -> tuple:
+        return _preference(row, long_context, comfortable_gib, layers)
+
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
+    ranked: list[PlannedLayout] = []
+    start = 0
+    while start < len(fitting):
+        floor = fitting[start].tokens_per_s * (1 - C.ESTIMATE_TIE_TOLERANCE)
+        end = start
+        while end < len(fitting) and fitting[end].tokens_per_s >= floor:
+            end += 1
+        ranked.extend(sorted(fitting[start:end], key=preference))
+        start = end
+    rest = sorted((r for r in rows if not r.fits), key=lambda r: (r.memory_total_gib, preference(r)))
+    return ranked + rest
