@@ -108,7 +108,11 @@ def worker(config_path: Path) -> None:
     recipe = TrainFinetuneRecipe(parse_config(raw), raw, info)
     recipe.setup()
     measured = measure_recipe_step(recipe)
-    print(f"RESULT {info.rank} " + json.dumps(measured.__dict__), flush=True)
+    # One file per rank: two ranks printing to one pipe can interleave on a single line.
+    result = config_path.parent / f"result_{info.rank}.json"
+    partial = result.with_suffix(".tmp")
+    partial.write_text(json.dumps(measured.__dict__))
+    partial.replace(result)
 
 
 def measure(raw: dict, nproc: int, folder: Path) -> dict[str, int]:
@@ -120,13 +124,16 @@ def measure(raw: dict, nproc: int, folder: Path) -> dict[str, int]:
         env.pop(key, None)
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run",
                                                     f"--nproc-per-node={nproc}", "--standalone"]
+    results = [folder / f"result_{rank}.json" for rank in range(nproc)]
+    for stale in results:  # a folder measured before must not report for this run
+        stale.unlink(missing_ok=True)
     out = subprocess.run(launcher + [__file__, "--worker", str(path)], env=env, capture_output=True, text=True,
                          timeout=900)
-    results = [line.split(" ", 2) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or len(results) != nproc:
-        raise SystemExit(f"measurement failed (exit {out.returncode}, {len(results)} of {nproc} ranks reported):\n"
+    reported = [r for r in results if r.exists()]
+    if out.returncode != 0 or len(reported) != nproc:
+        raise SystemExit(f"measurement failed (exit {out.returncode}, {len(reported)} of {nproc} ranks reported):\n"
                          f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-    per_rank = [json.loads(r[2]) for r in results]
+    per_rank = [json.loads(r.read_text()) for r in results]
     return {k: max(r[k] for r in per_rank) for k in per_rank[0]}  # the fullest rank, as the estimate
 
 
