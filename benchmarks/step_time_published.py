@@ -37,8 +37,10 @@ from service.facts import Layout  # noqa: E402
 from service.memory import MemoryModel, model_shape, usable_memory_gib  # noqa: E402
 from service.steptime import StepTimeModel  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from expert_layouts import PRECISION  # noqa: E402  (the published precision tokens, as the layout benchmark reads them)
+
 DATA = ROOT / "benchmarks" / "data" / "published_throughput.json"
-PRECISION = {"bf16": "bf16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "fp8", "fp8sc": "fp8", "nvfp4": "nvfp4"}
 # README "example output" lines are single log lines, some without the GPU named: not measurements
 # of a stated layout.
 UNSCORED_VARIANTS = ("readme_example_output",)

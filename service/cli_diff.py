@@ -7,7 +7,7 @@ import json
 import sys
 
 from service.changes import diff, summary, verdict
-from service.yamlio import MAX_BYTES, YamlError, decode, load_yaml, read_file
+from service.yamlio import YamlError, load_yaml, read_file, read_stdin
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 STDIN = "-"  # as `validate -`: `recipe-advisor recommend ... | recipe-advisor diff base.yaml -`
@@ -40,8 +40,7 @@ def load_diff_input(text: str, path: str) -> dict:
 
 def _load(path: str) -> dict:
     if path == STDIN:
-        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # no further: "over the limit" is all that is known
-        return load_diff_input(decode(raw, "<stdin>"), "<stdin>")
+        return load_diff_input(read_stdin(), "<stdin>")
     try:
         text = read_file(path)
     except OSError as err:

@@ -8,10 +8,9 @@ import sys
 from typing import Optional
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
-from service.memory import GRAD_REDUCE_DTYPES, model_shape
+from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
 from service.sizing import gpus_that_fit
-from service.steptime import calibration_note
 from service.web_result import gib_text
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
@@ -118,7 +117,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
         lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
                      (f"the fewest GPUs of that type found to fit it: {counts[0]}" if counts
                       else "no GPU count up to 65536 fits"))
-    lines += [f"note: {note}" for note in plan_notes(result)]
+    lines += [f"note: {note}" for note in result.notes]
     if result.rejections:
         lines += ["", "rejected by the rules:"]
         for code, (finding, count) in sorted(result.rejections.items()):
@@ -126,17 +125,10 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     return "\n".join(lines)
 
 
-def plan_notes(result: Plan) -> list[str]:
-    """What the estimates carry beyond the model's own terms (the measured MoE factor)."""
-    req = result.request
-    note = calibration_note(model_shape(req.model), req.engine)
-    return [note] if note else []
-
-
 def plan_json(result: Plan, top: Optional[int]) -> dict:
     """`plan --format json` and POST /v1/plan: the plan, the GPU counts that fit when none here does, and
     notes on the estimates."""
-    return {**result.to_dict(top=top), "gpus_that_fit": gpus_that_fit(result), "notes": plan_notes(result)}
+    return {**result.to_dict(top=top), "gpus_that_fit": gpus_that_fit(result), "notes": result.notes}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import sys
 from service.facts import Finding
 from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
                               validate_file, validate_text)
-from service.yamlio import MAX_BYTES, YamlError, decode
+from service.yamlio import YamlError, read_stdin
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
 
@@ -32,8 +32,7 @@ STDIN = "-"  # `cat c.yaml | recipe-advisor validate -`, as CI steps pipe a gene
 def validate_stdin(**kwargs) -> FileReport:
     """The config piped in, under the same size limit as a file (read no further than it)."""
     try:
-        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # no further: "over the limit" is all that is known
-        return validate_text(decode(raw, "<stdin>"), "<stdin>", **kwargs)
+        return validate_text(read_stdin(), "<stdin>", **kwargs)
     except YamlError as err:
         return FileReport(path="<stdin>", findings=[unusable_finding(err)], unusable=True)
 

@@ -29,7 +29,7 @@ from service.memory import GRAD_REDUCE_DTYPES, MemoryEstimate, MemoryModel, Mode
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split
 from service.rules.sizes import divisors
-from service.steptime import StepTime, StepTimeModel
+from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
 
@@ -218,6 +218,12 @@ class Plan:
     @property
     def fitting(self) -> list[PlannedLayout]:
         return [p for p in self.layouts if p.fits]
+
+    @property
+    def notes(self) -> list[str]:
+        """What the estimates carry beyond the model's own terms (the measured MoE factor)."""
+        note = calibration_note(model_shape(self.request.model), self.request.engine)
+        return [note] if note else []
 
     @property
     def best(self) -> Optional[PlannedLayout]:

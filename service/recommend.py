@@ -30,13 +30,11 @@ from service.changes import Change, diff
 from service.facts import Finding
 from service.bridge_command import bridge_gaps, bridge_recipe_name, gaps_note
 from service.launch_commands import render_commands
-from service.memory import model_shape
 from service.planner import Plan, PlanError, PlannedLayout, make_request, plan
 from service.recipe_choice import choose_recipe
 from service.recommend_config import base_config, build_config
 from service.request_overrides import request_fields
 from service.sizing import gpus_option, gpus_that_fit, memory_only
-from service.steptime import calibration_note
 from service.validate import validate_text
 from service.yamlio import OverrideError, apply_overrides
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -255,9 +253,7 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     best = result.best  # the planner's ranking is the one ranking: plan's #1 is what recommend applies
     base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract)
     text = _dump(config, recipe, notes)
-    calibration = calibration_note(model_shape(card), engine)  # about the estimates, not the config's header
-    if calibration:
-        notes.append(calibration)
+    notes += result.notes  # about the estimates, not the config's header
     report = validate_text(text, config_path)
     # Index metadata is not training: the change list covers what the trainer reads, and the labels
     # service.changes counts as convergence (the Bridge recipe, the FP8 recipe), as `diff` lists them.

@@ -50,8 +50,13 @@ def _is_section(name: str) -> bool:
                for t in (getattr(annotation, "__args__", None) or (annotation,)))
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _not_a_mapping(key: str, value: Any) -> OverrideError:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    shown = _shown(value)
     return OverrideError(f"--{key}: expected a mapping (the {key} section), got {type(value).__name__} {shown}; "
                          f"override one key as --{key}.KEY value, or the whole section as --{key} \"{{KEY: value}}\"")
 
@@ -115,7 +120,7 @@ def _takes_one_value(key: str) -> bool:
 
 
 def _not_a_value(flag: str, key: str, value: Any) -> OverrideError:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    shown = _shown(value)
     given = f"got {shown}" if flag == key else "it has no keys under it"
     return OverrideError(f"--{flag}: {key} takes a single value, not a mapping ({given}); write the value "
                          f"itself, e.g. --{key} VALUE")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -122,6 +123,12 @@ def read_file(path: str, max_bytes: int = MAX_BYTES) -> str:
     with open(path, "rb") as fh:
         raw = fh.read(max_bytes + 1)
     return decode(raw, path, max_bytes)
+
+
+def read_stdin(max_bytes: int = MAX_BYTES) -> str:
+    """The config piped in, under the same limit as a file: read no further than it ("over the limit"
+    is all that is known), as ``<stdin>`` in messages."""
+    return decode(sys.stdin.buffer.read(max_bytes + 1), "<stdin>", max_bytes)
 
 
 def _mark(mark) -> tuple[int, int]:
