@@ -44,6 +44,7 @@ from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
 from trainer.optim_defaults import optimizer_defaults
 from trainer.overrides import ConfigError, load_yaml_file
+from trainer.step_scheduler import run_length
 from trainer.state_io import (load_optimizer, load_torch, rng_state, save_optimizer, save_torch,  # noqa: F401
                               set_rng_state)
 
@@ -283,12 +284,6 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, 
     return [] if _normalise(old) == _normalise(new) else [(prefix, old, new)]
 
 
-def run_length(steps: Any, steps_per_epoch: int) -> int:
-    """trainer.step_scheduler.StepScheduler.total_steps for a step_scheduler section."""
-    epoch_steps = steps.num_epochs * steps_per_epoch
-    return min(steps.max_steps, epoch_steps) if steps.max_steps else epoch_steps
-
-
 def _is_convergence(key: str, current: RecipeConfig, same_length: bool = False) -> bool:
     if _under(key, RESUME_EXECUTION_KEYS):
         return False
@@ -327,8 +322,9 @@ def config_changes(saved: RecipeConfig, current: RecipeConfig,
     same_target = saved.optimizer.target == current.optimizer.target
     defaults = optimizer_defaults(current.optimizer.target) if same_target else {}
     old, new = _comparable(saved, defaults), _comparable(current, defaults)
-    same_length = steps_per_epoch is not None and (run_length(saved.step_scheduler, steps_per_epoch)
-                                                   == run_length(current.step_scheduler, steps_per_epoch))
+    same_length = steps_per_epoch is not None and (
+        run_length(saved.step_scheduler.max_steps, saved.step_scheduler.num_epochs, steps_per_epoch)
+        == run_length(current.step_scheduler.max_steps, current.step_scheduler.num_epochs, steps_per_epoch))
     return [ConfigChange(key, before, after, _is_convergence(key, current, same_length))
             for key, before, after in _changed_keys(old, new) if not _under(key, NOT_COMPARED)]
 

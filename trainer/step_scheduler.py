@@ -52,6 +52,13 @@ def too_little_data(dataloader, global_batch_size: int, local_batch_size: int, d
             f"{local_batch_size}), are fewer than one global batch of {global_batch_size}; {fix}")
 
 
+def run_length(max_steps: Optional[int], num_epochs: int, steps_per_epoch: int) -> int:
+    """Optimizer steps of a run: max_steps when set, capped by the epochs (the LR schedule's length
+    unless lr_scheduler.decay_steps fixes it; the resume check compares it too)."""
+    epoch_steps = num_epochs * steps_per_epoch
+    return min(max_steps, epoch_steps) if max_steps else epoch_steps
+
+
 class StepScheduler:
     """Iterate ``for epoch in sched.epochs: for micro_batches in sched: ...``.
 
@@ -70,8 +77,7 @@ class StepScheduler:
         self.steps_per_epoch = len(dataloader) // self.grad_acc_steps
         if self.steps_per_epoch == 0:
             raise ConfigError(too_little_data(dataloader, global_batch_size, local_batch_size, dp_size))
-        epoch_steps = num_epochs * self.steps_per_epoch
-        self.total_steps = min(max_steps, epoch_steps) if max_steps else epoch_steps
+        self.total_steps = run_length(max_steps, num_epochs, self.steps_per_epoch)
         self.num_epochs = num_epochs
         self.val_check_interval = val_check_interval
         self.checkpoint_interval = checkpoint_interval
