@@ -17,6 +17,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownRecipeError
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -183,7 +184,7 @@ def list_recipes(
     for entry in _index()[0]:
         if any(v is not None and (getattr(entry, k) or "").lower() != v.lower() for k, v in wanted.items()):
             continue
-        if family is not None and family.lower() not in _families(entry):
+        if family is not None and family.lower() not in _families(entry.family, _model_card(entry)):
             continue
         if num_gpus is not None and entry.num_gpus != num_gpus:
             continue
@@ -191,11 +192,31 @@ def list_recipes(
     return out
 
 
-def _families(entry: RecipeEntry) -> set[str]:
+def _model_card(entry: RecipeEntry) -> Optional[ModelCard]:
     from recipe_index.models import find_bundled_model  # the cards load once, on first use
 
-    card = find_bundled_model(entry.model) if entry.model else None
-    return {name.lower() for name in (entry.family, card.family if card else None) if name}
+    return find_bundled_model(entry.model) if entry.model else None
+
+
+def _families(recipe_family: Optional[str], card: Optional[ModelCard]) -> set[str]:
+    """The families a recipe answers to, lower case: its own (Megatron Bridge's package name, `llama`)
+    and its model card's (`Llama 3`, as `models` lists it)."""
+    return {name.lower() for name in (recipe_family, card.family if card else None) if name}
+
+
+@lru_cache(maxsize=1)
+def model_families() -> dict[str, frozenset[str]]:
+    """Card id -> the families ``list_recipes(family=...)`` finds the card's recipes by: the card's own,
+    and the Megatron Bridge package of each of its recipes (so a family filter on models and on
+    recipes agree)."""
+    from recipe_index.models import list_models
+
+    families = {card.id: _families(None, card) for card in list_models()}
+    for entry in _index()[0]:
+        card = _model_card(entry)
+        if card is not None:
+            families[card.id] |= _families(entry.family, card)
+    return {model_id: frozenset(names) for model_id, names in families.items()}
 
 
 def get_recipe(name: str) -> RecipeEntry:

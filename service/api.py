@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Iterator, Optional
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 
 import recipe_index as index
 from recipe_index.errors import UnknownHardwareError
+from recipe_index.recipes import model_families
 from service import api_models as m
-from service.http_limits import StrictRequestRoute
+from service.http_limits import StrictRequestRoute, client_error
 from service.lookups import lookup_hardware, lookup_model
 from service.validate import validate_text
 from service.yamlio import YamlError, decode
@@ -50,11 +50,6 @@ def _wants_yaml(request: Request) -> bool:
     return any(t in accept for t in ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"))
 
 
-def client_error(status: int, detail: str, field: str, **extra: Any) -> HTTPException:
-    """An HTTPException whose body is an ``ErrorResponse`` without suggestions (``extra``: line, column)."""
-    return HTTPException(status, {"detail": detail, "field": field, "suggestions": [], **extra})
-
-
 @contextmanager
 def unusable_yaml_is_400(field: str = "yaml") -> Iterator[None]:
     """Answer a YamlError raised inside with a 400 naming ``field`` and the line and column.
@@ -77,7 +72,7 @@ def unusable_yaml_is_400(field: str = "yaml") -> Iterator[None]:
 JSON = "application/json"
 
 
-def encode(model: m.BaseModel) -> bytes:
+def encode(model: BaseModel) -> bytes:
     return model.model_dump_json(by_alias=True).encode()
 
 
@@ -210,18 +205,6 @@ def get_recipe(
     return m.RecipeDetail(**m.RecipeSummary.from_entry(entry).model_dump(), yaml=text)
 
 
-@lru_cache(maxsize=1)
-def _model_families() -> dict[str, frozenset[str]]:
-    """Card id -> the families /v1/recipes?family= matches for it: the card's own (`Llama 3`) and the
-    Megatron Bridge package of its recipes (`llama`), lower case."""
-    families = {card.id: {card.family.lower()} if card.family else set() for card in index.list_models()}
-    for entry in index.list_recipes():
-        card = index.find_bundled_model(entry.model) if entry.model else None
-        if card is not None and entry.family:
-            families[card.id].add(entry.family.lower())
-    return {model_id: frozenset(names) for model_id, names in families.items()}
-
-
 @router.get("/v1/models", response_model=list[m.ModelSummary], tags=["index"], summary="List bundled model cards")
 def list_models(
     family: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description=(
@@ -229,7 +212,7 @@ def list_models(
 ) -> list[m.ModelSummary]:
     cards = index.list_models()
     if family is not None:
-        cards = [card for card in cards if family.strip().lower() in _model_families().get(card.id, ())]
+        cards = [card for card in cards if family.strip().lower() in model_families().get(card.id, ())]
     return [m.ModelSummary.from_card(card) for card in cards]
 
 

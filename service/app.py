@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError, UnknownRecipeError
 from service.planner import PlanError
-from service.http_limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHeadersMiddleware
+from service.http_limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHeadersMiddleware, error_body
 
 log = logging.getLogger("recipe_advisor.http")
 
@@ -64,9 +64,7 @@ def static_dir() -> str:
 
 
 def _error(status: int, detail: str, field: str | None = None, suggestions: list[str] | None = None) -> JSONResponse:
-    return JSONResponse(
-        status_code=status, content={"detail": detail, "field": field, "suggestions": list(suggestions or [])}
-    )
+    return JSONResponse(status_code=status, content=error_body(detail, field, suggestions=list(suggestions or [])))
 
 
 BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's detail when json.loads fails on a body

@@ -191,12 +191,25 @@ def _warmup(base: dict, config: dict) -> Optional[int]:
     return warmup if isinstance(warmup, int) else None
 
 
+def bridge_command(base: dict, config: dict, findings: list[Finding]) -> tuple[list[str], list[Gap]]:
+    """(``bridge_overrides``, ``bridge_gaps``) from one reading of the mapped keys (``_command_values``);
+    no overrides where there are gaps, since then there is no command."""
+    values, value_gaps = _command_values(base, config)
+    gaps = _gaps(base, config, findings, value_gaps)
+    return ([] if gaps else _overrides(base, config, values)), gaps
+
+
 def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[Gap]:
     """Keys the config needs that run_recipe.py cannot take as ``key=value`` overrides of the recipe:
     changed convergence and layout (``distributed.*``, Bridge's own ``model.*`` parallel sizes) keys
     without a Bridge override, mapped keys the config clears or states in a form Bridge cannot take, a
     dataset preset the config drops, the pipeline-split settings an RA-L011 finding asks for, and a
     pipeline the recipe's layout builder cannot place."""
+    return _gaps(base, config, findings, _command_values(base, config)[1])
+
+
+def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Gap]) -> list[Gap]:
+    """bridge_gaps, given the gaps of the mapped keys (``_command_values``)."""
     # metadata.* is recommend's own description of the config: --recipe comes from the base recipe,
     # and the precision itself is the `precision` key, so a rewritten label is no gap.
     left = flatten(base)
@@ -213,7 +226,7 @@ def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[Gap]:
               and not change.key.startswith("metadata.")):
             dropped = change.new is MISSING and change.key in left
             gaps.append(_dropped(change.key, change.old) if dropped else Gap(change.key))
-    gaps += _command_values(base, config)[1]
+    gaps += value_gaps
     for finding in findings:
         if finding.code == "RA-L011":
             settings = _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
@@ -249,7 +262,11 @@ def _packing(config: dict) -> list[str]:
 def bridge_overrides(base: dict, config: dict) -> list[str]:
     """`key=value` overrides of run_recipe.py for every mapped key whose value Bridge would not run
     otherwise (see ``_command_values``); never a value the config does not state or imply."""
-    values, _ = _command_values(base, config)
+    return _overrides(base, config, _command_values(base, config)[0])
+
+
+def _overrides(base: dict, config: dict, values: dict[str, Any]) -> list[str]:
+    """bridge_overrides, given the values the command must set (``_command_values``)."""
     out = []
     for ours, value in values.items():
         theirs = BRIDGE_KEYS[ours].split(",")

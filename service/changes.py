@@ -37,7 +37,7 @@ from typing import Any, Optional
 from pydantic import BaseModel
 
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
-from trainer.config import RecipeConfig
+from trainer.config import RecipeConfig, section_type
 from trainer.model_settings import DTYPES
 
 LAYERS = ("convergence", "execution", "benchmark-only")
@@ -307,11 +307,10 @@ def _schema_default(key: str, flat: dict[str, Any]) -> Any:
         return {} if isinstance(default, BaseModel) else default
     if default is None and not _has_section(flat, section):
         return MISSING
-    section_type = next((t for t in getattr(field.annotation, "__args__", (field.annotation,))
-                         if isinstance(t, type) and issubclass(t, BaseModel)), None)
-    if section_type is None:
+    model = section_type(section)
+    if model is None:
         return MISSING
-    for name, sub in section_type.model_fields.items():
+    for name, sub in model.model_fields.items():
         if rest in (name, sub.alias) and not sub.is_required():
             return sub.get_default(call_default_factory=True)
     return MISSING

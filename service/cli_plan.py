@@ -8,10 +8,9 @@ import sys
 from typing import Optional
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
-from service.memory import GRAD_REDUCE_DTYPES
+from service.memory import GRAD_REDUCE_DTYPES, gib_text
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
 from service.sizing import gpus_that_fit
-from service.web_result import gib_text
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
@@ -48,7 +47,7 @@ def add_parser(subparsers, name: str) -> None:
 
 def _top(text: str) -> int:
     """--top: how many rows; 0 shows all of them, a negative count is refused. The API's ``top`` is
-    1..MAX_TOP (default 5; api_models.py): a response is bounded, so it has no "all"."""
+    1..MAX_TOP (default 5; api_requests.py): a response is bounded, so it has no "all"."""
     try:
         value = int(text)
     except ValueError:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from service.cli_plan import REQUEST_ERRORS, add_request_arguments, report_error
 from service.changes import verdict
+from service.memory import gib_text
 from service.recommend import Recommendation, recommend
-from service.web_result import gib_text
 from service.yamlio import OverrideError
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2

@@ -111,6 +111,17 @@ def _wants_html(scope: Scope) -> bool:
     return any(name == b"accept" and b"text/html" in value for name, value in scope.get("headers", ()))
 
 
+def error_body(detail: str, field: Optional[str], **extra: Any) -> dict:
+    """The JSON of every error answer (``api_models.ErrorResponse``), without suggestions unless
+    ``extra`` gives them (``extra``: suggestions, line, column)."""
+    return {"detail": detail, "field": field, "suggestions": [], **extra}
+
+
+def client_error(status: int, detail: str, field: Optional[str], **extra: Any) -> HTTPException:
+    """An HTTPException whose body is an ``ErrorResponse`` (see ``error_body``)."""
+    return HTTPException(status, error_body(detail, field, **extra))
+
+
 async def _send_error(send: Send, status: int, detail: str, field: str, html: bool = False) -> None:
     if html:
         text = escape(detail)
@@ -118,7 +129,7 @@ async def _send_error(send: Send, status: int, detail: str, field: str, html: bo
                 f"<p>{text}</p><p>Go back and send a smaller file.</p>").encode()
         content_type = b"text/html; charset=utf-8"
     else:
-        body = json.dumps({"detail": detail, "field": field, "suggestions": []}).encode()
+        body = json.dumps(error_body(detail, field)).encode()
         content_type = b"application/json"
     await send(
         {
@@ -219,10 +230,6 @@ def repeated_json_key(body: bytes) -> Optional[str]:
     return None
 
 
-def _error_body(detail: str, field: str) -> dict:
-    return {"detail": detail, "field": field, "suggestions": []}
-
-
 class StrictRequestRoute(APIRoute):
     """An API route that refuses unknown or repeated query parameters, repeated JSON keys and a
     JSON-model body under a non-JSON content type (see the module docstring)."""
@@ -242,15 +249,15 @@ class StrictRequestRoute(APIRoute):
             body = await request.body()
             if takes_json_model and body and not _is_json(media_type):
                 sent = f"content type {media_type!r} is" if media_type else "a body without a content type is"
-                raise HTTPException(415, _error_body(
-                    f"{sent} not accepted here: send the body as JSON with `Content-Type: application/json`",
-                    "content-type"))
+                raise client_error(
+                    415, f"{sent} not accepted here: send the body as JSON with `Content-Type: application/json`",
+                    "content-type")
             if body and _is_json(media_type):
                 key = repeated_json_key(body)
                 if key is not None:
-                    raise HTTPException(400, _error_body(
-                        f"the JSON body sets `{key}` twice, and JSON would silently keep only the last value; "
-                        "fix: send each key once", key))
+                    raise client_error(
+                        400, f"the JSON body sets `{key}` twice, and JSON would silently keep only the last value; "
+                        "fix: send each key once", key)
             return await handle(request)
 
         return strict_handler

@@ -29,10 +29,12 @@ def _environment() -> Environment:
 
 
 def render_commands(config_path: str, config: dict, base: dict, request, engine: str,
-                    recipe: Optional[RecipeEntry], gaps: tuple[str, ...] = ()) -> dict[str, str]:
+                    recipe: Optional[RecipeEntry], gaps: tuple[str, ...] = (),
+                    bridge_args: Optional[list[str]] = None) -> dict[str, str]:
     """Launch commands from templates/launch: single-node torchrun, multi-node torchrun (c10d),
     a Slurm sbatch script, and Megatron Bridge's run_recipe.py with key=value overrides. With
-    ``gaps`` (see bridge_gaps) there is no Bridge command, and no torchrun of it."""
+    ``gaps`` (see bridge_gaps) there is no Bridge command, and no torchrun of it. ``bridge_args``:
+    those overrides, when the caller has them (bridge_command), else they are worked out here."""
     env = _environment()
     req = request
     common = {"nproc_per_node": req.gpus_per_node, "num_nodes": req.num_nodes, "port": RENDEZVOUS_PORT,
@@ -42,7 +44,8 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
     bridge = None
     if bridge_recipe:
         dataset = shlex.quote(str(_get(config, "dataset.preset") or DATASET_PRESET[req.goal]))
-        bridge = (shlex.quote(bridge_recipe), dataset, bridge_overrides(base, config) + fine_tuning_checkpoint(req.goal))
+        args = bridge_overrides(base, config) if bridge_args is None else list(bridge_args)
+        bridge = (shlex.quote(bridge_recipe), dataset, args + fine_tuning_checkpoint(req.goal))
     if engine == "bundled":
         program = f"-m trainer {shlex.quote(config_path)}"
     elif bridge is not None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from decimal import ROUND_HALF_UP, Decimal
 
 from service import constants as C
 from service.facts import Layout
@@ -51,6 +52,7 @@ from service.memory_shape import ActivationBytes, ModelShape, adapter_params, mo
 SHARDINGS = ("none", "optimizer", "full")  # ZeRO-0 (DDP), ZeRO-1 (distributed optimizer), ZeRO-3 (FSDP)
 ENGINES = ("megatron", "bundled")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+PUBLISHED_DIGITS = 2  # decimals of the memory figures the JSON answers publish (MemoryEstimate.as_dict)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class MemoryEstimate:
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + self.activations + self.other
 
-    def as_dict(self, digits: int = 2) -> dict:
+    def as_dict(self, digits: int = PUBLISHED_DIGITS) -> dict:
         return {
             "weights": round(self.weights, digits),
             "grads": round(self.grads, digits),
@@ -76,6 +78,14 @@ class MemoryEstimate:
             "other": round(self.other, digits),
             "total": round(self.total, digits),
         }
+
+
+def gib_text(value: float) -> str:
+    """A memory figure to one decimal, as every page and the CLI text show it: from the value the JSON
+    answers publish (``PUBLISHED_DIGITS``), rounded half up in decimal. Rounding the unrounded estimate
+    instead would show 61.3 where the page, which has only the published 61.35, shows 61.4."""
+    published = Decimal(repr(round(float(value), PUBLISHED_DIGITS)))
+    return str(published.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
 
 
 @dataclass(frozen=True)

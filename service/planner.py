@@ -25,7 +25,8 @@ from recipe_index import get_hardware, list_recipes, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world
-from service.memory import GRAD_REDUCE_DTYPES, MemoryEstimate, MemoryModel, ModelShape, model_shape, usable_memory_gib
+from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
+                            usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split
 from service.rules.sizes import divisors
@@ -248,7 +249,7 @@ class Plan:
             "model": req.model.id,
             "hardware": {"gpu_type": hw.name, "gpus_per_node": req.gpus_per_node, "num_nodes": req.num_nodes,
                          "world_size": req.world_size, "memory_gib": hw.memory_gib,
-                         "usable_gib": round(self.usable_gib, 2)},
+                         "usable_gib": round(self.usable_gib, PUBLISHED_DIGITS)},
             "goal": req.goal, "engine": req.engine, "precision": req.precision,
             "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict() for row in rows],

@@ -28,7 +28,7 @@ from recipe_index.recipes import RecipeEntry
 from service import constants as C
 from service.changes import Change, diff
 from service.facts import Finding
-from service.bridge_command import bridge_gaps, bridge_recipe_name, gaps_note
+from service.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.launch_commands import render_commands
 from service.planner import Plan, PlanError, PlannedLayout, make_request, plan
 from service.recipe_choice import choose_recipe
@@ -93,13 +93,15 @@ class Recommendation:
 
 
 def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], hardware: str,
-                    world: int, seq: Optional[int], notes: list[str], precision: Optional[str] = None) -> dict:
+                    world: int, seq: Optional[int], notes: list[str], precision: Optional[str] = None, *,
+                    base: Optional[dict] = None) -> dict:
     """The config whose convergence contract (batch, sequence, precision) the request keeps.
 
-    The base recipe's own, except on the bundled engine with a stand-in recipe of another model:
-    then the model's Megatron library recipe, when the index has one, sets the contract.
+    The base recipe's own (``base``: its config, when the caller has loaded it), except on the bundled
+    engine with a stand-in recipe of another model: then the model's Megatron library recipe, when the
+    index has one, sets the contract.
     """
-    base = base_config(recipe)
+    base = base_config(recipe) if base is None else base
     if engine != "bundled" or (recipe is not None and recipe.model == card.id):
         return base
     library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq, precision)
@@ -111,11 +113,13 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
 
 
 def _recipe_and_contract(card: ModelCard, goal: str, engine: str, hardware: str, world: int, seq: Optional[int],
-                         precision: Optional[str], notes: list[str]) -> tuple[Optional[RecipeEntry], dict]:
-    """The base recipe (seed decision tree) and the config whose convergence contract the request keeps."""
+                         precision: Optional[str], notes: list[str]) -> tuple[Optional[RecipeEntry], dict, dict]:
+    """The base recipe (seed decision tree), its config (read once here, passed on to whatever else needs
+    it) and the config whose convergence contract the request keeps."""
     recipe, found = choose_recipe(card, goal, engine, hardware, world, seq, precision)
     notes += found
-    return recipe, contract_source(card, goal, engine, recipe, hardware, world, seq, notes, precision)
+    base = base_config(recipe)
+    return recipe, base, contract_source(card, goal, engine, recipe, hardware, world, seq, notes, precision, base=base)
 
 
 def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: Optional[int] = None,
@@ -128,13 +132,13 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
-    recipe, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
+    recipe, base, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
     seq = _contract_seq(card, contract)
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
     return (seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision,
-            _get(contract, "distributed.grad_reduce_dtype"), packs_offline(recipe, []))
+            _get(contract, "distributed.grad_reduce_dtype"), packs_offline(recipe, [], base=base))
 
 
 # ---------------------------------------------------------------- the whole flow
@@ -180,10 +184,12 @@ def _contract_seq(card: ModelCard, contract: dict) -> Optional[int]:
     return seq
 
 
-def packs_offline(recipe: Optional[RecipeEntry], overrides: list[str]) -> bool:
+def packs_offline(recipe: Optional[RecipeEntry], overrides: list[str], *, base: Optional[dict] = None) -> bool:
     """Whether the advised config will pack its data offline (``dataset.packed_sequence: true``, the
-    index's _sft_common/_peft_common recipes), the overrides applied: Bridge then takes micro batch 1 only."""
-    config = base_config(recipe)
+    index's _sft_common/_peft_common recipes), the overrides applied: Bridge then takes micro batch 1 only.
+    ``base``: the recipe's config, when the caller has loaded it. The plan needs this before build_config
+    applies the overrides to the planned config, so they are applied here to the recipe's."""
+    config = base_config(recipe) if base is None else base
     try:
         config = apply_overrides(config, overrides)
     except OverrideError:
@@ -227,31 +233,32 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
              "grad_reduce_dtype": grad_reduce_dtype}
 
     def contract_request(wanted: str, world: int, notes: list[str]):
-        recipe, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length, precision,
-                                                notes)
-        packed = packs_offline(recipe, overrides or [])
-        return recipe, _contract_request(card, gpus, hardware, wanted, engine, contract, notes, packed_sequence=packed,
-                                         **given), contract
+        recipe, base, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length,
+                                                      precision, notes)
+        packed = packs_offline(recipe, overrides or [], base=base)
+        return recipe, base, _contract_request(card, gpus, hardware, wanted, engine, contract, notes,
+                                               packed_sequence=packed, **given), contract
 
     notes: list[str] = []
-    recipe, request, contract = contract_request(goal, probe.world_size, notes)
+    recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
     result = plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
         peft_notes: list[str] = []
-        peft_recipe, peft_request, peft_contract = contract_request("peft", 1, peft_notes)
+        peft_recipe, peft_base, peft_request, peft_contract = contract_request("peft", 1, peft_notes)
         peft_plan = plan(peft_request)
         if peft_plan.best is not None:
             # The abandoned goal's notes (its recipe, its contract) no longer describe the config.
             notes = [f"1 GPU: {goal} does not fit, only PEFT does (seed decision tree); switched to LoRA"] + peft_notes
-            goal, recipe, request, result, contract = "peft", peft_recipe, peft_request, peft_plan, peft_contract
+            goal, recipe, base, request, result, contract = ("peft", peft_recipe, peft_base, peft_request, peft_plan,
+                                                             peft_contract)
     if request.seq_length > C.LONG_CONTEXT:
         notes.append(f"long context ({request.seq_length} tokens): context parallelism is considered"
                      + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     if result.best is None:
         raise _impossible(result, request)
     best = result.best  # the planner's ranking is the one ranking: plan's #1 is what recommend applies
-    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract)
+    base, config = build_config(card, goal, engine, recipe, best, request, overrides or [], notes, contract, base=base)
     text = _dump(config, recipe, notes)
     notes += result.notes  # about the estimates, not the config's header
     report = validate_text(text, config_path)
@@ -260,10 +267,10 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     changes = [c for c in diff(base, config)
                if not c.key.startswith("metadata.") or c.layer == "convergence"] if base else []
     bridge_recipe = bridge_recipe_name(base, recipe)
-    gaps = bridge_gaps(base, config, report.findings) if bridge_recipe else []
+    bridge_args, gaps = bridge_command(base, config, report.findings) if bridge_recipe else ([], [])
     if gaps:
         notes.append(gaps_note(bridge_recipe, gaps))
-    commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps))
+    commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps), bridge_args)
     return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
                           config=config, config_yaml=text, changes=changes, findings=report.findings,
                           commands=commands, notes=notes)

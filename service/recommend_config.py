@@ -200,11 +200,12 @@ def _keep_planned(planned: dict, config: dict) -> None:
 
 def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[RecipeEntry], row: PlannedLayout,
                  request, overrides: list[str], notes: Optional[list[str]] = None,
-                 contract: Optional[dict] = None) -> tuple[dict, dict]:
+                 contract: Optional[dict] = None, *, base: Optional[dict] = None) -> tuple[dict, dict]:
     """(base config, advised config); says in ``notes`` what it changed beyond the layout. ``contract``:
-    the config whose convergence contract the request keeps, when it is not the base recipe's."""
+    the config whose convergence contract the request keeps, when it is not the base recipe's; ``base``:
+    the recipe's config (base_config), when the caller has loaded it. Neither is changed."""
     notes = [] if notes is None else notes
-    base = base_config(recipe)
+    base = base_config(recipe) if base is None else base
     config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
     config.pop("metadata", None)
     model_name = card.hf_id if engine == "megatron" and card.hf_id else card.id

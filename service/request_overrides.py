@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel
-
 from recipe_index import get_hardware
 from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownHardwareError
@@ -23,7 +21,7 @@ from service import constants as C
 from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import PRECISIONS
 from service.yamlio import OverrideError, parse_overrides
-from trainer.config import RecipeConfig, top_level_keys
+from trainer.config import section_type, top_level_keys
 
 # Config key -> (request field, its CLI flag): the config keys `recommend` writes from the request.
 REQUEST_KEYS = {
@@ -41,13 +39,6 @@ REQUEST_KEYS = {
 COUNT_KEYS = ("hardware.gpus_per_node", "hardware.num_nodes")
 INTEGER_LIMITS = {"seq_length": C.MAX_SEQ_LENGTH, "global_batch_size": C.MAX_GLOBAL_BATCH}
 CHOICES = {"precision": PRECISIONS, "grad_reduce_dtype": GRAD_REDUCE_DTYPES}
-
-
-def _is_section(name: str) -> bool:
-    """Whether a top-level config key is a section (a mapping), not a value such as ``precision``."""
-    annotation = RecipeConfig.model_fields[name].annotation
-    return any(isinstance(t, type) and issubclass(t, BaseModel)
-               for t in (getattr(annotation, "__args__", None) or (annotation,)))
 
 
 def _shown(value: Any) -> str:
@@ -97,7 +88,7 @@ def _checked_leaves(overrides: list[str]):
         if section not in top_level_keys():  # a mistyped flag, e.g. --override a.b=1, is no config key
             raise OverrideError(f"--{key}: not an option and not a config section; the config's sections are "
                                 f"{', '.join(sorted(top_level_keys()))} (override one as --section.key value)")
-        if key == section and _is_section(key) and value is not None and not isinstance(value, dict):
+        if key == section and section_type(key) is not None and value is not None and not isinstance(value, dict):
             raise _not_a_mapping(key, value)
         if isinstance(value, dict) and _takes_one_value(key):  # `{}` has no leaves to catch below
             raise _not_a_value(key, key, value)
@@ -116,7 +107,7 @@ def _prefixes(key: str) -> list[str]:
 
 def _takes_one_value(key: str) -> bool:
     """A key that holds one value, never a mapping: a request key, a count key or a top-level value."""
-    return key in REQUEST_KEYS or key in COUNT_KEYS or (key in top_level_keys() and not _is_section(key))
+    return key in REQUEST_KEYS or key in COUNT_KEYS or (key in top_level_keys() and section_type(key) is None)
 
 
 def _not_a_value(flag: str, key: str, value: Any) -> OverrideError:

@@ -51,6 +51,9 @@ class ConfigView:
     unknown_keys: list[tuple[str, set]] = field(default_factory=list)
     invalid_values: list[tuple[str, str, str]] = field(default_factory=list)
     model_error: Optional[str] = None
+    # With model_error: True when the name resolved to nothing (recipe_index's UnknownModelError), False
+    # when a config.json was found but cannot describe a model (RA-C009 makes only the latter an error).
+    model_unknown: bool = False
     hardware_error: Optional[str] = None
     gpus_flag: Optional[int] = None  # --gpus as given: the GPUs per node were read from it, not the file
 
@@ -142,19 +145,21 @@ def _drop(data, loc: tuple) -> None:
 
 
 def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
-                   ) -> tuple[Optional[ModelCard], Optional[str]]:
+                   ) -> tuple[Optional[ModelCard], Optional[str], bool]:
+    """The model card, else what went wrong and whether the name resolved to nothing at all
+    (``True``) rather than to a config.json that cannot describe a model (``False``)."""
     if not name:
-        return None, None
+        return None, None, False
     from recipe_index import resolve_model
     from recipe_index.errors import UnknownModelError
 
     try:
-        return (resolver or resolve_model)(name), None
+        return (resolver or resolve_model)(name), None, False
     except UnknownModelError as exc:  # RA-C009 gives its own fix: keep the finding to what went wrong
         hint = f"; closest bundled ids: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        return None, f"{exc.problem}{hint}"
+        return None, f"{exc.problem}{hint}", True
     except (LookupError, ValueError, OSError) as exc:
-        return None, str(exc).rstrip(".")
+        return None, str(exc).rstrip("."), False
 
 
 def _resolve_hardware(name: str) -> tuple[Optional[HardwareCard], Optional[str]]:
@@ -200,7 +205,7 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
     view.config = cfg = _schema(view, doc.data)
     if cfg is None:
         return view
-    model, view.model_error = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
+    model, view.model_error, view.model_unknown = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
     hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
     if gpus is not None:
         view.gpus_flag = gpus

@@ -31,8 +31,9 @@ from service.api_advise import recommend_answer
 from service.facts import split_world
 from service.http_limits import MAX_BODY_BYTES, REPEATED_PARAMETER
 from service.lookups import lookup_model
+from service.memory import gib_text
 from service.validate import validate_text
-from service.web_result import gib_text, result_view
+from service.web_result import result_view
 from service.yamlio import YamlError, decode
 
 router = APIRouter(include_in_schema=False)

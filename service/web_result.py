@@ -9,20 +9,9 @@ against the card's capacity (solid line) and the usable share after headroom
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from service.memory import usable_memory_gib
-
-PUBLISHED_DIGITS = 2  # memory in the JSON answers: MemoryEstimate.as_dict's default
-
-
-def gib_text(value: float) -> str:
-    """A memory figure to one decimal, as every page and the CLI text show it: from the value the JSON
-    answers publish (``PUBLISHED_DIGITS``), rounded half up in decimal. Rounding the unrounded estimate
-    instead would show 61.3 where the page, which has only the published 61.35, shows 61.4."""
-    published = Decimal(repr(round(float(value), PUBLISHED_DIGITS)))
-    return str(published.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+from service.memory import gib_text, usable_memory_gib
 
 SEGMENTS = (  # (key in memory_gib, label, colour)
     ("weights", "weights", "#2f6fde"),

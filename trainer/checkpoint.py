@@ -8,7 +8,7 @@ Layout of ``checkpoint_dir`` (DESIGN.md)::
         .complete                   written last; a folder without it is never taken
         config.yaml                 the effective config of the run (a resume compares its own with it)
         signature.json              the model signature (architecture + PEFT) for compatibility checks
-        schedule.json               steps per epoch and the run's length (is a changed length another schedule?)
+        schedule.json               steps per epoch (a resume reads it to tell a new length from a new schedule) and the run's length (a record for people)
         model/consolidated/         Hugging Face config.json + safetensors (transformers loads it)
         model/adapter_model.safetensors, model/adapter_config.json    (LoRA runs)
         optim/                      optimizer state, torch.distributed.checkpoint (sharded, one file per rank)
@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
@@ -125,6 +125,27 @@ def resolve_restore(restore_from: Optional[str], checkpoint_dir: Path) -> tuple[
         f"restore_from.path: {restore_from!r} does not exist (looked in {', '.join(map(str, candidates))}); "
         f"complete checkpoints in {checkpoint_dir}: {available}. Use LATEST, one of those names, or a path"
     )
+
+
+def checked_resume(cfg: Any, checkpoint_dir: Path, world_size: Optional[int],
+                   fit_differences: Callable[[dict[str, Any]], list[str]]) -> tuple[Optional[Path], list[str]]:
+    """(checkpoint the run resumes from, warnings to log), or (None, []) for a fresh start.
+
+    Auto-resume belongs to runs that checkpoint; an explicit ``restore_from.path`` always works. A
+    checkpoint whose weights do not fit (``fit_differences`` of its saved signature is not empty) is
+    refused, then the config is compared (``check_resume_config``). The workers
+    (BaseRecipe.select_checkpoint) and the launcher's pre-flight, which knows no built model, share it."""
+    restore_from = cfg.restore_from.path if cfg.restore_from else None
+    if restore_from is None and not cfg.checkpoint.enabled:
+        return None, []
+    path, explicit = resolve_restore(restore_from, checkpoint_dir)
+    if path is None:
+        return None, []
+    diffs = fit_differences(read_signature(path))
+    if diffs:
+        raise unfit_checkpoint_error(path, diffs, explicit)
+    chosen_by = "restore_from.path" if explicit else "checkpoint.checkpoint_dir"
+    return path, check_resume_config(path, cfg, chosen_by, world_size)
 
 
 def check_writable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> None:

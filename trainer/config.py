@@ -329,7 +329,7 @@ def section_fields(section: str) -> set[str]:
     field = RecipeConfig.model_fields.get(section)
     if field is None:
         return set()
-    model_type = _section_type(section)
+    model_type = section_type(section)
     if model_type is None:
         return set()
     names = set()
@@ -338,7 +338,9 @@ def section_fields(section: str) -> set[str]:
     return names
 
 
-def _section_type(section: str) -> Optional[type[BaseModel]]:
+def section_type(section: str) -> Optional[type[BaseModel]]:
+    """The model class of a top-level config key that is a section (a mapping); None for a value such as
+    ``precision``."""
     field = RecipeConfig.model_fields[section]
     ann = field.annotation
     for candidate in getattr(ann, "__args__", (ann,)):

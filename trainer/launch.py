@@ -136,20 +136,14 @@ def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:
     """The resume checks of the workers (trainer.recipes.base_recipe.select_checkpoint) that need no
     model, so that the launcher and ``--dry-run`` refuse what the workers would: the config
     comparison, and the PEFT part of the signature (the architecture part needs the built model)."""
-    restore_from = cfg.restore_from.path if cfg.restore_from else None
-    if restore_from is None and not cfg.checkpoint.enabled:
-        return
-    path, explicit = resolve_restore(restore_from, Path(cfg.checkpoint.checkpoint_dir))
-    if path is None:
-        return
-    saved = ckpt.read_signature(path)
-    if "peft" in saved:
-        peft = cfg.peft.model_dump() if cfg.peft is not None else None
-        diffs = ckpt.signature_differences({"peft": ckpt.model_signature(None, peft)["peft"]},
-                                           {"peft": saved["peft"]})
-        if diffs:
-            raise ckpt.unfit_checkpoint_error(path, diffs, explicit)
-    ckpt.check_resume_config(path, cfg, "restore_from.path" if explicit else "checkpoint.checkpoint_dir", world_size)
+    peft = cfg.peft.model_dump() if cfg.peft is not None else None
+
+    def peft_differences(saved: dict) -> list[str]:
+        if "peft" not in saved:
+            return []
+        return ckpt.signature_differences({"peft": ckpt.model_signature(None, peft)["peft"]}, {"peft": saved["peft"]})
+
+    ckpt.checked_resume(cfg, Path(cfg.checkpoint.checkpoint_dir), world_size, peft_differences)
 
 
 def launch_world_size() -> int:

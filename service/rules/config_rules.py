@@ -131,18 +131,13 @@ def peft_mode_consistent(view: "ConfigView") -> Optional[Violation]:
     return None
 
 
-# How recipe_index's UnknownModelError states its problem (nothing found: offline, unknown, or a name
-# the HTTP service does not look up). Any other failure read a config.json that names its bad field.
-UNRESOLVED = "unknown model "
-
-
 @config_rule("RA-C009", "warning", "model.pretrained_model_name_or_path", "the model resolves",
              "recipe_index resolution: bundled id/alias, local config.json, Hugging Face cache; a config.json that "
              "is found but cannot describe a model is an error (plan, recommend and train refuse it too)")
 def model_resolves(view: "ConfigView") -> Optional[Violation]:
     if view.model_error is None:
         return None
-    if not view.model_error.startswith(UNRESOLVED):  # found, but its config.json cannot describe a model
+    if not view.model_unknown:  # found, but its config.json cannot describe a model (it names the bad field)
         return Violation(f"{view.model_error}; the trainer cannot build this model, and model-dependent rules "
                          "were skipped", "correct the named field of the config.json (the model's Hugging Face "
                          "original has the right value), or name a bundled model id (`recipe-advisor models`)",

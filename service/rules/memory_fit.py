@@ -20,7 +20,7 @@ from service import constants as C
 from service.facts import Facts
 from service.memory import MemoryEstimate, MemoryModel, model_shape
 from service.rules.registry import Violation, layout_rule
-from service.rules.sizes import bundled, larger_ep, larger_pp, larger_tp
+from service.rules.sizes import bundled, grown, larger_ep, larger_pp, larger_tp
 
 BUNDLED_SHARDING = {"fsdp2": "full", "ddp": "none"}
 
@@ -44,7 +44,7 @@ def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False,
     state that is already sharded over every GPU, so naming it only trades one finding for the next."""
     steps = [] if states_only else _activation_steps(facts.layout)
     ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
-    candidates = [(step, _grown(facts.layout, name, size)) for size, name, step in (
+    candidates = [(step, grown(facts.layout, name, size)) for size, name, step in (
         (ep, "ep", f"raise distributed.ep_size to {ep} (expert weights shard over EP)"),
         (tp, "tp", f"raise distributed.tp_size to {tp} (within the NVLink domain)"),
         (pp, "pp", f"raise distributed.pp_size to {pp}")) if size is not None]
@@ -63,13 +63,6 @@ def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False,
         steps.append("run on more GPUs or on a GPU with more memory")
     return (f"need {total - capacity:.1f} GiB less per GPU: " + "; ".join(steps)
             + "; `recipe-advisor plan` lists layouts that fit")
-
-
-def _grown(lay, name: str, size: int) -> dict:
-    """The layout sizes after raising one of them (without experts, the expert mesh follows TP)."""
-    if name == "tp" and lay.ep == 1 and lay.etp == lay.tp:
-        return {"tp": size, "etp": size}
-    return {name: size}
 
 
 def _activation_steps(lay) -> list[str]:

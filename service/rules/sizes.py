@@ -97,12 +97,19 @@ def _world_holds(f: Facts, tp: int, pp: int, cp: int, ep: int, etp: int) -> bool
     return (ep == 1 and etp == tp) or f.world_size % (pp * ep * etp) == 0
 
 
-def _holds(f: Facts, **sizes: int) -> bool:
+def grown(layout, name: str, size: int) -> dict[str, int]:
+    """The layout sizes that change when ``name`` (tp, pp, cp, ep) is raised to ``size``: without experts
+    (EP 1 and ETP = TP) the expert mesh follows TP, so raising TP raises ETP with it."""
+    if name == "tp" and layout.ep == 1 and layout.etp == layout.tp:
+        return {"tp": size, "etp": size}
+    return {name: size}
+
+
+def _holds(f: Facts, name: str, size: int) -> bool:
+    """Whether the world holds the layout with ``name`` raised to ``size``."""
     lay = f.layout
     current = dict(tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, etp=lay.etp)
-    if "tp" in sizes and lay.ep == 1 and lay.etp == lay.tp:
-        current["etp"] = sizes["tp"]  # without experts the expert mesh follows TP
-    return _world_holds(f, **(current | sizes))
+    return _world_holds(f, **(current | grown(lay, name, size)))
 
 
 def _tp_runs(f: Facts) -> bool:
@@ -126,7 +133,7 @@ def larger_tp(f: Facts) -> Optional[int]:
             heads, kv = f.model.num_attention_heads, f.model.num_key_value_heads
             if heads % tp or kv % tp:  # TP beyond the KV heads replicates them (RA-L003): no fix
                 continue
-        if _holds(f, tp=tp):
+        if _holds(f, "tp", tp):
             return tp
     return None
 
@@ -138,7 +145,7 @@ def larger_pp(f: Facts) -> Optional[int]:
         return None  # Megatron-FSDP does not compose with PP (RA-L017)
     vp = f.layout.vp_or_1
     layers = f.model.num_hidden_layers if f.model is not None else None
-    fitting = [pp for pp in range(f.layout.pp + 1, min(layers or 64, f.world_size) + 1) if _holds(f, pp=pp)]
+    fitting = [pp for pp in range(f.layout.pp + 1, min(layers or 64, f.world_size) + 1) if _holds(f, "pp", pp)]
     if layers is None:
         return fitting[0] if fitting else None
     even = [pp for pp in fitting if layers % (pp * vp) == 0]  # an even split needs no settings (RA-L011)
@@ -152,7 +159,7 @@ def larger_ep(f: Facts) -> Optional[int]:
     if f.model is None or not f.model.is_moe or not engine_runs(f, "expert_parallel"):
         return None
     for ep in divisors(f.model.num_experts):
-        if ep > f.layout.ep and _holds(f, ep=ep):
+        if ep > f.layout.ep and _holds(f, "ep", ep):
             return ep
     return None
 
@@ -162,4 +169,4 @@ def cp_sizes(f: Facts) -> list[int]:
     if not engine_runs(f, "context_parallel"):
         return []
     seq = f.seq_length
-    return [cp for cp in CP_SIZES if (seq is None or seq % (2 * cp) == 0) and _holds(f, cp=cp)]
+    return [cp for cp in CP_SIZES if (seq is None or seq % (2 * cp) == 0) and _holds(f, "cp", cp)]

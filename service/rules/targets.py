@@ -10,17 +10,15 @@ without executing the module), so validate stays torch-free and safe.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from dataclasses import dataclass
 from difflib import get_close_matches
 from functools import lru_cache
-from pathlib import Path
-from typing import Optional
+
+from trainer.source_reader import DefinitionNotFound, find_definition
 
 ALLOWED_PREFIXES = ("torch.optim.", "torch.nn.", "trainer.")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-_MAX_HOPS = 8
 
 
 @dataclass(frozen=True)
@@ -32,37 +30,11 @@ class Signature:
 ANY = Signature(frozenset(), True)
 
 
-class TargetNotFound(LookupError):
-    pass
+TargetNotFound = DefinitionNotFound  # the name validate and `train` catch
 
 
 def is_allowed(target: str) -> bool:
     return bool(_DOTTED.match(target)) and target.startswith(ALLOWED_PREFIXES)
-
-
-def _module_file(module: str) -> Optional[Path]:
-    """The source file of a module, found on disk without importing it or its parents."""
-    top, *rest = module.split(".")
-    spec = importlib.util.find_spec(top)  # a top-level lookup imports nothing
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        base = Path(list(spec.submodule_search_locations)[0])
-    elif spec.origin and not rest:
-        return Path(spec.origin)
-    else:
-        return None
-    path = base.joinpath(*rest)
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    return None
-
-
-@lru_cache(maxsize=256)
-def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _function_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> Signature:
@@ -75,40 +47,12 @@ def _function_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: 
 
 
 def _find(module: str, name: str, hops: int) -> Signature:
-    if hops > _MAX_HOPS:
-        return ANY
-    path = _module_file(module)
-    if path is None:
-        raise TargetNotFound(f"module {module} not found")
-    tree = _parse(path)
-    is_package = path.name == "__init__.py"
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return _function_signature(node, drop_first=False)
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return _class_signature(module, node, hops)
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return ANY  # an alias or factory result: its signature is not statically known
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            source = _absolute(module, node, is_package)
-            for alias in node.names:
-                if alias.name == "*" or (alias.asname or alias.name) == name:
-                    try:
-                        return _find(source, alias.name if alias.name != "*" else name, hops + 1)
-                    except TargetNotFound:
-                        if alias.name != "*":
-                            raise
-    raise TargetNotFound(f"{name} is not defined in {module}")
-
-
-def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    base = parts if is_package else parts[:-1]
-    base = base[: len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
+    found = find_definition(module, name, hops)
+    if found is None or isinstance(found.node, ast.Assign):
+        return ANY  # too many re-exports, or an alias / factory result: not statically known
+    if isinstance(found.node, ast.ClassDef):
+        return _class_signature(found.module, found.node, found.hops)
+    return _function_signature(found.node, drop_first=False)
 
 
 def _class_signature(module: str, cls: ast.ClassDef, hops: int) -> Signature:

@@ -143,20 +143,14 @@ class BaseRecipe:
         (``checkpoint.check_resume_config``): a changed convergence key is an error unless
         ``checkpoint.allow_config_change`` is set.
         """
-        restore_from = self.cfg.restore_from.path if self.cfg.restore_from else None
-        if restore_from is None and not self.cfg.checkpoint.enabled:
-            return None  # auto-resume belongs to runs that checkpoint; an explicit restore_from always works
-        path, explicit = ckpt.resolve_restore(restore_from, self.checkpoint_dir)
-        if path is None:
-            if restore_from == "LATEST":  # "the newest if any", as AutoModel and torchtitan read it
-                log(f"warning: restore_from.path is LATEST but {self.checkpoint_dir} holds no complete checkpoint; "
-                    "starting fresh from step 0", self.dist)
-            return None
-        diffs = ckpt.signature_differences(self.model_signature(), ckpt.read_signature(path))
-        if diffs:
-            raise ckpt.unfit_checkpoint_error(path, diffs, explicit)
-        chosen_by = "restore_from.path" if explicit else "checkpoint.checkpoint_dir"
-        for line in ckpt.check_resume_config(path, self.cfg, chosen_by, self.dist.world_size):
+        path, warnings = ckpt.checked_resume(
+            self.cfg, self.checkpoint_dir, self.dist.world_size if self.dist else None,
+            lambda saved: ckpt.signature_differences(self.model_signature(), saved))
+        if path is None and self.cfg.restore_from and self.cfg.restore_from.path == "LATEST":
+            # "the newest if any", as AutoModel and torchtitan read it
+            log(f"warning: restore_from.path is LATEST but {self.checkpoint_dir} holds no complete checkpoint; "
+                "starting fresh from step 0", self.dist)
+        for line in warnings:
             log(line, self.dist)
         return path
 
