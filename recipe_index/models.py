@@ -36,7 +36,7 @@ def _bundled() -> tuple[tuple[ModelCard, ...], dict[str, ModelCard]]:
     cards: list[ModelCard] = []
     index: dict[str, ModelCard] = {}
     for path in sorted(MODELS_DIR.glob("*.json")):
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = parse_config_json(path.read_text(encoding="utf-8"), str(path))
         card = card_from_config(raw, raw.get("advisor_id") or path.stem, source=str(path))
         cards.append(card)
         for key in (card.id, card.hf_id, *card.aliases):
@@ -46,9 +46,16 @@ def _bundled() -> tuple[tuple[ModelCard, ...], dict[str, ModelCard]]:
     return tuple(cards), index
 
 
-def list_models() -> list[ModelCard]:
-    """Every bundled model card, sorted by id."""
-    return sorted(_bundled()[0], key=lambda c: c.id)
+def list_models(family: Optional[str] = None) -> list[ModelCard]:
+    """Every bundled model card, sorted by id; with ``family`` (case-insensitive), the cards whose own
+    family or whose recipes' family it is, as ``list_recipes(family=...)`` filters (recipes.model_families)."""
+    cards = sorted(_bundled()[0], key=lambda c: c.id)
+    if family is None:
+        return cards
+    from recipe_index.recipes import model_families  # recipes imports this module: resolved at call time
+
+    wanted = family.strip().lower()
+    return [card for card in cards if wanted in model_families().get(card.id, ())]
 
 
 def find_bundled_model(name: str) -> Optional[ModelCard]:
@@ -86,15 +93,45 @@ def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None
         raise ModelConfigError(source, f"{where}: {first['msg']}") from None
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object that gives a key twice is refused: json keeps the last silently, so the card would
+    describe whichever size came last (the YAML side refuses duplicates too, RA-C003)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def parse_config_json(text: str, source: str) -> Any:
+    """A config.json's text parsed strictly; ModelConfigError naming ``source`` for invalid JSON, a key
+    given twice in one object, or nesting deeper than Python's recursion limit (a config.json is a few
+    levels deep; json's decoder recurses once per level and would raise RecursionError)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ModelConfigError(source, f"key {exc.key!r} is given twice in one object; keep one") from None
+    except RecursionError:
+        raise ModelConfigError(source, "not a config.json: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(source, f"line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})") from None
+
+
 def _read_config(path: Path) -> Any:
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise ModelConfigError(str(path), f"larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ModelConfigError(str(path), "not UTF-8 text; expected a JSON config.json") from None
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(str(path), f"line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})") from None
+    return parse_config_json(text, str(path))
 
 
 def _local_config_path(name: str) -> Optional[Path]:

@@ -19,7 +19,6 @@ from starlette.concurrency import run_in_threadpool
 
 import recipe_index as index
 from recipe_index.errors import UnknownHardwareError
-from recipe_index.recipes import model_families
 from service import api_models as m
 from service.http_limits import StrictRequestRoute, client_error
 from service.lookups import lookup_hardware, lookup_model
@@ -210,10 +209,7 @@ def list_models(
     family: Annotated[Optional[str], Query(max_length=m.MAX_NAME, description=(
         "Model family, as /v1/recipes filters it: the card's (`Llama 3`) or its recipes' (`llama`)."))] = None,
 ) -> list[m.ModelSummary]:
-    cards = index.list_models()
-    if family is not None:
-        cards = [card for card in cards if family.strip().lower() in model_families().get(card.id, ())]
-    return [m.ModelSummary.from_card(card) for card in cards]
+    return [m.ModelSummary.from_card(card) for card in index.list_models(family=family)]
 
 
 @router.get(

@@ -46,8 +46,10 @@ def request_key(body: m.PlanBody, exclude: tuple[str, ...] = ()) -> tuple:
     values["model"] = lookup_model(body.model).id
     values["gpu_type"] = lookup_hardware(body.gpu_type).name
     if "overrides" in values:
-        # JSON text, not the value: True == 1 == 1.0 in Python, and they emit different YAML.
-        values["overrides"] = tuple(sorted((k, json.dumps(v)) for k, v in values["overrides"].items()))
+        # JSON text, not the value: True == 1 == 1.0 in Python, and they emit different YAML. In the
+        # order the client wrote them: they apply in that order, as the CLI's flags do in theirs
+        # (`lr_scheduler` then `lr_scheduler.min_lr` keeps the key; the reverse replaces the section).
+        values["overrides"] = tuple((k, json.dumps(v)) for k, v in values["overrides"].items())
     return tuple(sorted(values.items()))
 
 

@@ -155,7 +155,9 @@ class RecommendBody(PlanBody):
         max_length=64,
         description=(
             "Config keys to set on the result, like the CLI's `--optimizer.lr 1e-4`. "
-            "Strings are read as YAML scalars, as on the command line."
+            "Strings are read as YAML scalars, as on the command line. They apply in the order "
+            "written, as the CLI's flags do: a whole section (`lr_scheduler`) after a key inside it "
+            "(`lr_scheduler.min_lr`) replaces that key."
         ),
         examples=[{"optimizer.lr": 0.0001, "step_scheduler.max_steps": 1000}],
     )

@@ -283,8 +283,10 @@ class ChangeOut(_Response):
     """One key that differs from the base config, with its layer (DESIGN.md, JSON of `diff`)."""
 
     key: str = Field(description="Dotted config key.", examples=["distributed.tp_size"])
-    old: Any = Field(description="Value in the base (`<absent>` when the key was not there).", examples=[2])
-    new: Any = Field(description="Value in the new config (`<absent>` when removed).", examples=[1])
+    old: Any = Field(description="Value in the base (`<absent>` when the key was not there; inf/-inf/nan as strings).",
+                     examples=[2])
+    new: Any = Field(description="Value in the new config (`<absent>` when removed; inf/-inf/nan as strings).",
+                     examples=[1])
     layer: LAYER = Field(
         description="convergence (a new experiment), execution (same training, other mapping) or benchmark-only.",
         examples=["execution"],

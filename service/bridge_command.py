@@ -5,8 +5,14 @@ from its function and applies ``key=value`` overrides of the ConfigContainer, so
 change and every layout key that differs from the recipe has to be one of those overrides (names
 from reference/mbridge_rules.md and Bridge's training/config.py, recipes/common.py). Anything else
 (a precision recipe, another HF model, a LoRA section added to a recipe without one, uneven pipeline
-stages, a pipeline the recipe's layout table lacks) is not expressible: then no command is emitted and
-``bridge_gaps`` says which keys are why, each with its reason (``Gap``).
+stages, a pipeline the recipe's layout table lacks, a validation sequence length other than the training
+one) is not expressible: then no command is emitted and ``bridge_gaps`` says which keys are why, each with
+its reason (``Gap``).
+
+Execution settings of the bundled trainer's schema (where checkpoints go and how often, logging, data
+loading, kernels, compilation) are not carried: reference/mbridge_rules.md and the seeds document no
+run_recipe.py key for them, so Bridge runs its recipe's; ``uncarried`` lists the ones a config changes,
+and the command says so (``uncarried_note``) rather than dropping them silently.
 
 What Bridge runs for a key is known where the index recipe states it, or where the index always
 records it (the layout, batch, steps, LR: recipe_index/megatron.py), so that leaving it out means our
@@ -25,7 +31,7 @@ from typing import Any, Optional
 
 from recipe_index.recipes import RecipeEntry
 from service.bridge_keys import UNRECORDED
-from service.changes import MISSING, diff, effective, flatten, is_parallel_layout_key, same_value
+from service.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
 from trainer.dotted import get_dotted as _get
 
@@ -65,10 +71,15 @@ BRIDGE_KEYS = {
     "peft.alpha": "peft.alpha",
 }
 # Keys carried by another part of the command: the sequence length override sets the model's too
-# (run_recipe syncs them), Bridge has one dataset config for training and evaluation, and the
-# preset is the --dataset argument.
-CARRIED_BY = {"model.seq_length": "dataset.seq_length", "validation_dataset.seq_length": "dataset.seq_length",
+# (run_recipe syncs them), Bridge has one dataset config for training and evaluation (so only a
+# validation length equal to the training one is carried: VALIDATION_SEQ), and the preset is the
+# --dataset argument.
+VALIDATION_SEQ = "validation_dataset.seq_length"
+CARRIED_BY = {"model.seq_length": "dataset.seq_length", VALIDATION_SEQ: "dataset.seq_length",
               "dataset.preset": "--dataset"}
+# Sections the launch itself carries (the process counts, the GPUs it runs on) or that only describe
+# the config (metadata: --recipe names the recipe).
+_LAUNCH_SECTIONS = ("hardware.", "metadata.")
 # Keys whose None Bridge reads as ours does (no VP, ETP = TP, decay to the end of training), and the
 # Bridge value of a None that means something else (clip_grad 0: no clipping; Megatron-FSDP off).
 NULLABLE = {"distributed.vp_size", "distributed.etp_size", "lr_scheduler.decay_steps"}
@@ -203,8 +214,9 @@ def bridge_gaps(base: dict, config: dict, findings: list[Finding]) -> list[Gap]:
     """Keys the config needs that run_recipe.py cannot take as ``key=value`` overrides of the recipe:
     changed convergence and layout (``distributed.*``, Bridge's own ``model.*`` parallel sizes) keys
     without a Bridge override, mapped keys the config clears or states in a form Bridge cannot take, a
-    dataset preset the config drops, the pipeline-split settings an RA-L011 finding asks for, and a
-    pipeline the recipe's layout builder cannot place."""
+    dataset preset the config drops, a validation sequence length other than the training one, the
+    pipeline-split settings an RA-L011 finding asks for, and a pipeline the recipe's layout builder
+    cannot place."""
     return _gaps(base, config, findings, _command_values(base, config)[1])
 
 
@@ -227,6 +239,7 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
             dropped = change.new is MISSING and change.key in left
             gaps.append(_dropped(change.key, change.old) if dropped else Gap(change.key))
     gaps += value_gaps
+    gaps += _validation_length_gap(base, config)
     for finding in findings:
         if finding.code == "RA-L011":
             settings = _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
@@ -238,6 +251,51 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
         gaps.append(Gap(f"model.pipeline_model_parallel_layout (a layout string for PP {stages[0]} x VP {stages[1]}, "
                         "which the recipe's layout builder does not have and this advisor does not write)"))
     return list(dict.fromkeys(gaps))
+
+
+def _validation_length_gap(base: dict, config: dict) -> list[Gap]:
+    """A validation sequence length other than the training one: Bridge builds training and evaluation
+    data from one dataset config (model.seq_length == dataset.seq_length is asserted, mbridge_rules.md 3d),
+    and neither the reference nor the seeds document an evaluation length key, so Bridge would evaluate
+    at the training length."""
+    validation = _get(config, VALIDATION_SEQ)
+    training = _get(config, "dataset.seq_length") or _get(base, "dataset.seq_length")
+    if validation is None or validation == training:
+        return []
+    return [Gap(VALIDATION_SEQ, f"Bridge has one dataset config for training and evaluation, so it would evaluate "
+                                f"at the training length {_text(training)}, not {_text(validation)}, and run_recipe.py "
+                                f"has no override for a separate evaluation length; drop --{VALIDATION_SEQ} or set "
+                                f"it to {_text(training)}")]
+
+
+def uncarried(base: dict, config: dict) -> list[Change]:
+    """The config's changes from the recipe that a Bridge command (one without gaps) does not carry:
+    keys with no override that are no gap either, i.e. execution (or benchmark) settings such as the
+    checkpoint folder and intervals, logging, data loading, kernels, compilation. Bridge runs its
+    recipe's value for each."""
+    return [change for change in diff(base, config)
+            if change.key not in BRIDGE_KEYS and change.key not in CARRIED_BY
+            and not change.key.startswith(_LAUNCH_SECTIONS)]
+
+
+def uncarried_note(base: dict, config: dict) -> str:
+    """One comment line naming the uncarried changes with the config's values ("" when none); values
+    are written as Python literals, so a newline in one cannot end the comment."""
+    changes = uncarried(base, config)
+    if not changes:
+        return ""
+    items = ", ".join(f"{change.key} ({_shown(change.new)})" + ("" if change.layer == "execution" else
+                                                               f" [{change.layer}]") for change in changes)
+    line = (f"Not carried: {items}. run_recipe.py gets no override for these (the advisor's Bridge reference "
+            "documents no key for them), so Bridge runs the recipe's values; set them in the recipe function or "
+            "with Bridge's own key=value overrides if they matter to you.")
+    return line.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _shown(value: Any) -> str:
+    if value is MISSING:
+        return "left out"
+    return repr(value) if isinstance(value, str) else _text(value)
 
 
 def _stages(config: dict) -> tuple[int, int]:

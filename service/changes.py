@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
+from recipe_index import find_bundled_model
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
 from trainer.config import RecipeConfig, section_type
 from trainer.model_settings import DTYPES
@@ -142,7 +143,19 @@ class Change:
     reason: str = ""
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "old": self.old, "new": self.new, "layer": self.layer}
+        return {"key": self.key, "old": json_safe(self.old), "new": json_safe(self.new), "layer": self.layer}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with the floats JSON cannot hold (inf, -inf, nan: YAML's .inf, .nan) as the strings
+    ``"inf"``, ``"-inf"``, ``"nan"``: ``Infinity`` is no JSON, and ``null`` would read as an absent value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -393,11 +406,20 @@ def diff(base: dict, new: dict) -> list[Change]:
                                   BRIDGE_RECIPE_VALUE if new_value is MISSING else new_value,
                                   "convergence", _UNRECORDED_REASON))
             continue
-        if same_value(_effective(left, key), _effective(right, key)):
+        if same_value(_effective(left, key), _effective(right, key)) or _same_model(key, old, new_value):
             continue
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))
     return changes
+
+
+def _same_model(key: str, a: Any, b: Any) -> bool:
+    """Two names of one bundled model (``llama3-8b``, ``meta-llama/Meta-Llama-3-8B``): the trainer and
+    the planner resolve both to the same card, config and weights, so renaming it changes nothing."""
+    if key != "model.pretrained_model_name_or_path" or not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    first, second = find_bundled_model(a), find_bundled_model(b)
+    return first is not None and second is not None and first.id == second.id
 
 
 def summary(changes: list[Change]) -> dict[str, int]:

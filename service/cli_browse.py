@@ -17,8 +17,11 @@ def _positive(text: str) -> int:
 def add_parser(subparsers, name: str) -> None:
     p = subparsers.add_parser(name, help=f"list the bundled {name}")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    if name in ("recipes", "models"):
+        # One meaning for both listings (and GET /v1/models?family=): the card's family or its recipes'.
+        p.add_argument("--family",
+                       help="model family, e.g. llama or \"Llama 3\" (the card's or its recipes'; case-insensitive)")
     if name == "recipes":
-        p.add_argument("--family")
         p.add_argument("--mode", choices=["pretrain", "sft", "peft"])
         p.add_argument("--hardware", help="a hardware card or alias (`recipe-advisor hardware`)")
         p.add_argument("--num-gpus", type=_positive)
@@ -30,9 +33,10 @@ def _rows(listing: str, args) -> list[dict]:
     import recipe_index as index
 
     if listing == "models":
+        cards = index.list_models(family=args.family)
         return [{"id": m.id, "hf_id": m.hf_id, "family": m.family, "architecture": m.architecture,
                  "layers": m.num_hidden_layers, "hidden": m.hidden_size, "heads": m.num_attention_heads,
-                 "kv_heads": m.num_key_value_heads, "experts": m.num_experts} for m in index.list_models()]
+                 "kv_heads": m.num_key_value_heads, "experts": m.num_experts} for m in cards]
     if listing == "hardware":
         return [{"name": h.name, "memory_gib": h.memory_gib, "bf16_tflops": h.bf16_tflops,
                  "fp8_tflops": h.fp8_tflops, "fp4_tflops": h.fp4_tflops, "nvlink_domain": h.nvlink_domain,

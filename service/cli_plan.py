@@ -8,13 +8,19 @@ import sys
 from typing import Optional
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
+from service.api_requests import MAX_GPUS, MAX_NODES
 from service.memory import GRAD_REDUCE_DTYPES, gib_text
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
+from service.request_overrides import INTEGER_LIMITS
 from service.sizing import gpus_that_fit
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
 REQUEST_ERRORS = (UnknownModelError, UnknownHardwareError, ModelConfigError, PlanError)
+# Upper bounds of the count flags: the API's for --gpus/--nodes, the overrides' for the sequence length and
+# batch (the same keys), so no spelling of a request reaches the planner with a count it would search for
+# hours (its divisors are found by trial division) or a batch the config cannot hold.
+FLAG_LIMITS = {"gpus": MAX_GPUS, "nodes": MAX_NODES, **INTEGER_LIMITS}
 
 
 def add_request_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +63,15 @@ def _top(text: str) -> int:
     return value
 
 
+def check_flag_limits(**values: Optional[int]) -> None:
+    """Refuse a count flag above its bound (FLAG_LIMITS): PlanError naming the field, which report_error
+    prints as its flag (gpus -> --gpus). A value below 1 is make_request's to refuse, naming the field."""
+    for name, value in values.items():
+        limit = FLAG_LIMITS[name]
+        if value is not None and value > limit:
+            raise PlanError(f"expected an integer from 1 to {limit:,}, got {value}", field=name)
+
+
 def request_from_args(args: argparse.Namespace) -> PlanRequest:
     """The request, with the recipe's convergence contract for whatever the user left out.
 
@@ -65,6 +80,8 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     """
     from service.recommend import contract_defaults
 
+    check_flag_limits(gpus=args.gpus, nodes=args.nodes, seq_length=args.seq_length,
+                      global_batch_size=args.global_batch_size)
     seq, gbs, precision, grad_reduce, packed = contract_defaults(
         args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
         seq_length=args.seq_length, precision=args.precision)

@@ -3,6 +3,8 @@
 Exit 0; 2 on unusable input, an impossible request (the message says what would work), or
 overrides that make the config fail validation (the findings are printed; nothing is written).
 Arguments the parser does not know are config overrides: ``--optimizer.lr 1e-4``.
+``-o -`` writes the bare YAML to stdout (for a pipe into ``diff BASE -`` or ``validate -``) and the
+summary to stderr; its commands read ``config.yaml``, where the user is told to save it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import json
 import sys
 from pathlib import Path
 
-from service.cli_plan import REQUEST_ERRORS, add_request_arguments, report_error
+from service.cli_plan import REQUEST_ERRORS, add_request_arguments, check_flag_limits, report_error
 from service.changes import verdict
 from service.memory import gib_text
 from service.recommend import Recommendation, recommend
-from service.yamlio import OverrideError
+from service.yamlio import OverrideError, YamlError
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
+STDOUT = "-"  # `-o -`, as `validate -` and `diff BASE -` read stdin
+DEFAULT_CONFIG = "config.yaml"  # the file the commands read when no file is written
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -30,7 +34,9 @@ def add_parser(subparsers, name: str) -> None:
     add_request_arguments(p)
     p.add_argument("--format", choices=["yaml", "json"], default="yaml",
                    help="yaml: the config (and, with -o, a summary); json: everything")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the config YAML to FILE")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help=f"write the config YAML to FILE; - writes it alone to stdout (the summary to stderr; the "
+                        f"commands read {DEFAULT_CONFIG}), not with --format json")
     p.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -61,25 +67,36 @@ def summary_text(rec: Recommendation) -> str:
 
 def run(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", []) or [])
-    config_path = args.output or "config.yaml"
+    to_stdout = args.output == STDOUT
+    if to_stdout and args.format == "json":
+        # One stream cannot hold both documents; the JSON carries the YAML as config_yaml.
+        print("error: -o -: --format json writes its JSON to stdout, where -o - writes the config YAML; use one "
+              "(the JSON holds the YAML as config_yaml, or give -o FILE)", file=sys.stderr)
+        return EXIT_UNUSABLE
+    config_path = DEFAULT_CONFIG if to_stdout or not args.output else args.output
     try:
+        check_flag_limits(gpus=args.gpus, nodes=args.nodes, seq_length=args.seq_length,
+                          global_batch_size=args.global_batch_size)
         rec = recommend(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal,
                         seq_length=args.seq_length, global_batch_size=args.global_batch_size,
                         precision=args.precision, engine=args.engine, overrides=overrides, config_path=config_path,
                         grad_reduce_dtype=args.grad_reduce_dtype)
-    except REQUEST_ERRORS as err:
+    except (*REQUEST_ERRORS, OverrideError) as err:
         return report_error(err)
-    except OverrideError as err:
-        return report_error(err)
+    except YamlError as err:  # the written YAML is re-read under the file limits: a value beyond them
+        print(f"error: the advised config would not read back as a config: {err}; a value given on the command "
+              "line (a flag or an override) is beyond what a config holds: give a smaller one. Nothing written",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
     if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         for f in rec.findings:
             if f.severity == "error":
                 where = f"line {f.line} of the config" if f.line else "the config"
-                print(f"{f.key or where}: {f.code} error: {f.message}" + (f" Fix: {f.fix}" if f.fix else ""), file=sys.stderr)
+                print(f"{f.key or where}: {f.code} error: {f.text}", file=sys.stderr)
         cause = "the overrides make the config invalid" if overrides else "the advised config does not validate"
         print(f"error: {cause} ({rec.errors} error(s)); nothing written", file=sys.stderr)
         return EXIT_UNUSABLE
-    if args.output:
+    if args.output and not to_stdout:
         try:
             Path(args.output).write_text(rec.config_yaml, encoding="utf-8")
         except OSError as err:
@@ -87,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_UNUSABLE
     if args.format == "json":
         print(json.dumps(rec.to_dict(), indent=2, default=str))
+    elif to_stdout:
+        print(rec.config_yaml, end="")
+        print(f"note: the config YAML is on stdout; the commands below read it as {DEFAULT_CONFIG}: save it "
+              f"there (-o {DEFAULT_CONFIG}, or redirect: -o - > {DEFAULT_CONFIG})", file=sys.stderr)
+        print(summary_text(rec), file=sys.stderr)
     elif args.output:
         print(summary_text(rec))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 from service.facts import Finding
 from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
@@ -18,7 +19,9 @@ def add_parser(subparsers, name: str) -> None:
                               description="Check config files with the same rules the planner uses. "
                                           "Exit 0: clean or warnings only; 1: errors; 2: unusable input.")
     p.add_argument("paths", nargs="*", metavar="PATH", help="YAML files or folders; - reads one config from stdin")
-    p.add_argument("--gpus", type=int, help="GPUs per node (else the config's hardware block)")
+    p.add_argument("--gpus", type=int, help="GPUs per node, as hardware.gpus_per_node (the file's num_nodes is "
+                                            "kept unless --nodes is given; a count above the node size that fills "
+                                            "whole nodes is the total)")
     p.add_argument("--gpu-type", help="hardware card, e.g. h100 (else hardware.gpu_type)")
     p.add_argument("--nodes", type=int, help="number of nodes")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
@@ -82,13 +85,26 @@ def format_sarif(reports: list[FileReport]) -> dict:
         for f in report.findings:
             results.append({
                 "ruleId": f.code, "level": level[f.severity],
-                "message": {"text": f.message + (f" Fix: {f.fix}" if f.fix else "")},
+                "message": {"text": f.text},
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": report.path},
                     "region": {"startLine": f.line or 1, "startColumn": f.column or 1}}}],
             })
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "recipe-advisor", "rules": rules}}, "results": results}]}
+
+
+def check_counts(gpus: Optional[int], nodes: Optional[int]) -> None:
+    """--gpus and --nodes within 1 and the bounds plan, recommend and the API share (cli_plan.FLAG_LIMITS);
+    BadArgument naming the flag otherwise."""
+    if gpus is None and nodes is None:
+        return
+    from service.cli_plan import FLAG_LIMITS  # only when given: validate alone stays light
+
+    for flag, value in (("--gpus", gpus), ("--nodes", nodes)):
+        limit = FLAG_LIMITS[flag[2:]]
+        if value is not None and not 1 <= value <= limit:
+            raise BadArgument(f"{flag}: expected an integer from 1 to {limit:,}, got {value}")
 
 
 def rule_table() -> str:
@@ -107,8 +123,7 @@ def run(args) -> int:
         return EXIT_UNUSABLE
     try:
         check_hardware_argument(args.gpu_type)
-        if (args.gpus is not None and args.gpus < 1) or (args.nodes is not None and args.nodes < 1):
-            raise BadArgument("--gpus and --nodes must be at least 1")
+        check_counts(args.gpus, args.nodes)
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE

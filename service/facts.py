@@ -45,6 +45,14 @@ class Layout:
         return replace(self, **changes)
 
 
+def with_fix(message: str, fix: Optional[str]) -> str:
+    """One line of a problem and its fix: ``why. Fix: what to do`` (a full stop between them)."""
+    if not fix:
+        return message
+    stop = "" if message.rstrip().endswith((".", "!", "?", ":", ";")) else "."
+    return f"{message.rstrip()}{stop} Fix: {fix}"
+
+
 @dataclass
 class Finding:
     code: str
@@ -54,6 +62,11 @@ class Finding:
     fix: Optional[str] = None
     line: Optional[int] = None
     column: Optional[int] = None
+
+    @property
+    def text(self) -> str:
+        """The message and its fix as one line."""
+        return with_fix(self.message, self.fix)
 
     def to_dict(self) -> dict:
         return {

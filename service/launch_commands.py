@@ -7,6 +7,7 @@ when it cannot be given: service/bridge_command.py).
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -14,13 +15,22 @@ from typing import Optional
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from recipe_index.recipes import RecipeEntry
-from service.bridge_command import bridge_overrides, bridge_recipe_name, fine_tuning_checkpoint
+from service.bridge_command import bridge_overrides, bridge_recipe_name, fine_tuning_checkpoint, uncarried_note
 from trainer.dotted import get_dotted as _get
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "launch"
 RENDEZVOUS_PORT = 29500
 # Megatron Bridge's default dataset presets by goal (seed, "First Answer Checklist").
 DATASET_PRESET = {"pretrain": "mock", "sft": "squad", "peft": "squad"}
+# Slurm reads #SBATCH lines itself, without a shell, so quoting cannot make a job name safe there.
+_NOT_IN_JOB_NAMES = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def job_name(config: dict) -> str:
+    """metadata.name as the Slurm job name (and log file stem) and the c10d rendezvous id: each run of
+    characters outside [A-Za-z0-9_.-] becomes one "_", so it needs no quoting anywhere. The config's
+    metadata.name itself is left as it is."""
+    return _NOT_IN_JOB_NAMES.sub("_", str(_get(config, "metadata.name") or "")) or "recipe-advisor"
 
 
 def _environment() -> Environment:
@@ -38,11 +48,13 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
     env = _environment()
     req = request
     common = {"nproc_per_node": req.gpus_per_node, "num_nodes": req.num_nodes, "port": RENDEZVOUS_PORT,
-              "job_name": shlex.quote(str(_get(config, "metadata.name") or "recipe-advisor")),
+              "job_name": job_name(config),
               "config": shlex.quote(config_path)}
     bridge_recipe = None if gaps else bridge_recipe_name(base, recipe)
     bridge = None
+    not_carried = ""  # the line naming the config's changes the Bridge program does not carry
     if bridge_recipe:
+        not_carried = uncarried_note(base, config)
         dataset = shlex.quote(str(_get(config, "dataset.preset") or DATASET_PRESET[req.goal]))
         args = bridge_overrides(base, config) if bridge_args is None else list(bridge_args)
         bridge = (shlex.quote(bridge_recipe), dataset, args + fine_tuning_checkpoint(req.goal))
@@ -54,17 +66,16 @@ def render_commands(config_path: str, config: dict, base: dict, request, engine:
     else:
         program = None
     commands: dict[str, str] = {}
+    # torchrun and sbatch run the Bridge program on the megatron engine; the bundled trainer reads it all.
+    launched = {**common, "program": program, "not_carried": "" if engine == "bundled" else not_carried}
     if program is not None:
         if req.num_nodes == 1:
-            commands["torchrun"] = env.get_template("torchrun.sh.j2").render(
-                bundled=engine == "bundled", program=program, **common)
+            commands["torchrun"] = env.get_template("torchrun.sh.j2").render(bundled=engine == "bundled", **launched)
         else:
-            commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(
-                program=program, **common)
+            commands["torchrun_multinode"] = env.get_template("torchrun_multinode.sh.j2").render(**launched)
         commands["sbatch"] = env.get_template("sbatch.sh.j2").render(
-            program=program, time_limit="04:00:00", script_name="train.sbatch",
-            cpu=req.hardware.arch == "cpu", **common)
+            time_limit="04:00:00", script_name="train.sbatch", cpu=req.hardware.arch == "cpu", **launched)
     if bridge is not None:
         commands["megatron_bridge"] = env.get_template("megatron_bridge.sh.j2").render(
-            recipe=bridge[0], dataset=bridge[1], overrides=bridge[2], **common)
+            recipe=bridge[0], dataset=bridge[1], overrides=bridge[2], not_carried=not_carried, **common)
     return commands

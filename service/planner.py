@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Union
 from recipe_index import get_hardware, list_recipes, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
-from service.facts import Facts, Finding, Layout, split_world
+from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
@@ -60,7 +60,7 @@ class PlanError(ValueError):
     def __init__(self, message: str, *, field: Optional[str] = None, fix: Optional[str] = None,
                  suggestions: tuple[str, ...] = ()):
         self.field, self.fix, self.suggestions = field, fix, list(suggestions)
-        super().__init__(message + (f" Fix: {fix}" if fix else ""))
+        super().__init__(with_fix(message, fix))
 
 
 @dataclass(frozen=True)

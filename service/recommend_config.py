@@ -21,10 +21,14 @@ from service.changes import diff, effective
 from service.launch_commands import DATASET_PRESET
 from service.planner import PlannedLayout, explicit_layouts, needs_explicit_layout
 from service.request_overrides import COUNT_KEYS, REQUEST_KEYS
+from service.rules.data_rules import MOCK_DATASET, TOKENIZING_DATASETS
 from service.yamlio import OverrideError, apply_overrides, load_yaml
 from trainer.dotted import NotASection, get_dotted as _get, set_dotted
+from trainer.builders import PROJECT_ROOT
 from trainer.fast_paths import default_fast_paths
 from trainer.model_checks import SINGLE_FILE, has_hf_weights
+from trainer.source_reader import literal_defaults
+from trainer.step_scheduler import run_length, steps_per_epoch
 
 # LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
 LORA = {"megatron": {"method": "lora", "rank": 32, "alpha": 32.0},
@@ -41,6 +45,7 @@ DERIVED_LABELS = ("metadata.megatron_recipe", "metadata.precision_recipe")
 PLANNED_KEYS = (*REQUEST_KEYS, *COUNT_KEYS)
 # Layout keys an override may change (recommend notes it), kept as planned when a section override drops them.
 KEPT_WHEN_DROPPED = ("step_scheduler.local_batch_size",)
+BUNDLED_DATA = "recipe_index/data/"  # samples that ship with the index
 SIGNIFICANT_DIGITS = 12  # a scaled LR: 3e-05, not 2.9999999999999994e-05
 
 
@@ -137,6 +142,7 @@ def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None
             return
         _set(config, "model.load_weights", True)
         notes.append(f"model.load_weights: true: fine-tuning starts from the weights in {folder}")
+        _weights_tokenizer(config, str(folder) if (folder / "tokenizer.json").is_file() else None, notes)
         return
     if not card.hf_id:
         notes.append(f"{card.id} has no published weights: fine-tuning starts from the trainer's deterministic "
@@ -145,6 +151,25 @@ def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None
     _set(config, "model.load_weights", True)
     notes.append(f"model.load_weights: true: fine-tuning starts from {card.hf_id}'s weights, read from the "
                  "Hugging Face cache (download them first where HF_HUB_OFFLINE is set)")
+    _weights_tokenizer(config, card.hf_id, notes)
+
+
+def _weights_tokenizer(config: dict, tokenizer: Optional[str], notes: list[str]) -> None:
+    """Published weights read token ids as their own tokenizer wrote them: the stand-in recipe's byte
+    tokenizer would feed them ids that mean other tokens (the loss still falls; the fine-tune is garbage)."""
+    sections = [name for name in ("dataset", "validation_dataset")
+                if str(_get(config, f"{name}._target_") or "").startswith(TOKENIZING_DATASETS)
+                and _get(config, f"{name}.tokenizer") in (None, "byte")]
+    if not sections:
+        return
+    if tokenizer is None:
+        notes.append("no tokenizer.json beside the weights: set " + " and ".join(f"{name}.tokenizer" for name in sections)
+                     + " to the model's tokenizer.json (the byte tokenizer's ids mean other tokens to these weights)")
+        return
+    for name in sections:
+        _set(config, f"{name}.tokenizer", tokenizer)
+    notes.append(f"{' and '.join(f'{name}.tokenizer' for name in sections)}: {tokenizer}, the tokenizer the "
+                 "weights were trained with (its tokenizer.json, from the same place as the weights)")
 
 
 def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str]) -> None:
@@ -168,8 +193,48 @@ def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str])
                 _set(config, key, max(1, round(_get(config, key) * steps / old_steps)))
     if carried:
         notes.append(f"{' and '.join(carried)} from {source}")
+
+
+def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: list[str]) -> None:
+    """What a stand-in recipe's bundled data does with the carried schedule, said (and, for mock data,
+    made to last it): the run ends at min(max_steps, num_epochs x steps per epoch)."""
+    s = {key: _get(config, f"step_scheduler.{key}") for key in ("global_batch_size", "max_steps", "num_epochs")}
+    gbs, max_steps, epochs = s["global_batch_size"], s["max_steps"], s["num_epochs"] or 1
+    mbs, dp = row.layout.micro_batch_size, row.layout.dp(world_size)
+    if _get(config, "dataset._target_") == MOCK_DATASET:
+        samples = _get(config, "dataset.num_samples") or literal_defaults(MOCK_DATASET)["num_samples"]
+        if steps_per_epoch(samples, gbs, mbs, dp) == 0:
+            samples = gbs
+            _set(config, "dataset.num_samples", samples)
+        per_epoch = steps_per_epoch(samples, gbs, mbs, dp)
+        needed = -(-max_steps // per_epoch) if max_steps else epochs
+        if needed > epochs:
+            _set(config, "step_scheduler.num_epochs", needed)
+        notes.append(f"the data is synthetic (trainer.data.MockDataset, {samples} samples"
+                     + (f", repeated for {needed} epochs to last the {max_steps} steps" if needed > epochs else "")
+                     + "); for real data set dataset._target_: trainer.data.JsonlPretrainDataset with dataset.path "
+                     "(validation_dataset likewise) and num_epochs for your data")
+        return
+    rows = _bundled_rows(_get(config, "dataset.path"))
+    short = ""
+    if rows is not None and rows < gbs:
+        short = f"; its {rows} rows are fewer than one global batch of {gbs}: the run starts only with your data"
+    elif rows is not None and max_steps and run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp)) < max_steps:
+        short = (f"; its {rows} rows end the run after {run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp))}"
+                 f" of the {max_steps} steps")
     notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
-                 "at your data")
+                 f"at your data{short}")
+
+
+def _bundled_rows(path) -> Optional[int]:
+    """Rows of a JSONL sample that ships in recipe_index/data (never a user's file: those are not read)."""
+    if not isinstance(path, str) or not path.startswith(BUNDLED_DATA):
+        return None
+    file = PROJECT_ROOT / path
+    if not file.is_file():
+        return None
+    with open(file, encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def _restore(config: dict, key: str, value) -> None:
@@ -222,6 +287,8 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:  # a stand-in recipe
         _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe", notes)
     apply_layout(config, row, request, engine)
+    if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:
+        _stand_in_data(config, row, request.world_size, notes)
     name = _metadata(config, card, goal, engine, request, recipe, base)
     if engine == "bundled":
         _set(config, "checkpoint.checkpoint_dir", f"checkpoints/{name}")

@@ -210,6 +210,8 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
     if gpus is not None:
         view.gpus_flag = gpus
         gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
+        if nodes is None and gpn == gpus:  # read per node (not as a total): the file's node count stands
+            n = cfg.hardware.num_nodes
     else:
         gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes
     view.facts = facts_from_config(cfg, model, hardware, gpn, n)

@@ -287,5 +287,6 @@ def test_train_refuses_an_unreadable_integer_without_a_traceback(tmp_path, capsy
     config.write_text("distributed:\n  tp_size: " + "9" * 5000 + "\n")
     assert main(["train", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "a value cannot be read (Exceeds the limit (4300 digits) for integer string conversion)" in err
+    # bughunt s8b #8: the trainer's loader has the service's limits, so it names the line and the cause
+    assert "line 2: a value is an integer with 5,000 digits" in err and "at most 64 bits" in err
     assert "Traceback" not in err

@@ -114,6 +114,11 @@ CASES = [
     ("RA-C011", "ctx2k", {}),  # base seq 4096 > 2048 positions
     ("RA-C012", "dense", {"hardware.gpus_per_node": 16}),  # an h100 node has 8
     ("RA-C013", "dense", {"lr_scheduler": {"min_lr": 1.0}}),  # above optimizer.lr 3e-4
+    ("RA-D001", "dense", {"distributed.strategy": "fsdp2", "model.load_weights": True,
+                          "dataset": {"_target_": "trainer.data.JsonlSFTDataset", "path": "sft.jsonl",
+                                      "seq_length": 4096}}),
+    ("RA-D002", "dense", {"distributed.strategy": "fsdp2",  # 64 samples: 1 step of 64 per epoch, max_steps 10
+                          "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 64}}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]
@@ -301,7 +306,9 @@ def test_name_precision_fix_renames_to_the_label_that_matches(models):
     meta = dict(META, megatron_recipe="m_pretrain_8gpu_h100_bf16_config", precision_recipe="fp8cs")
     [finding] = [f for f in findings_of(with_changes(models["dense"], {"metadata": meta, "precision": "fp8"}))
                  if f.code == "RA-C005"]
-    assert "set precision: bf16" in finding.fix and "rename the recipe to say fp8cs" in finding.fix
+    # megatron_recipe is Bridge's function: not renamed, but swapped for its variant in the label's precision
+    assert "set precision: bf16" in finding.fix and "Bridge's fp8cs variant (m_pretrain_8gpu_h100_fp8cs_config)" \
+        in finding.fix
 
 
 @pytest.mark.parametrize("gpu, label, precision, expected", [

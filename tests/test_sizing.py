@@ -57,10 +57,10 @@ def test_plan_json_keeps_significant_digits(capsys):
 
 def test_an_unknown_flag_shows_the_commands_own_usage(capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["models", "--family", "x"])
+        main(["models", "--colour", "x"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: recipe-advisor models" in err and "unrecognized arguments: --family x" in err
+    assert "usage: recipe-advisor models" in err and "unrecognized arguments: --colour x" in err
 
 
 def test_recipes_filters_are_checked(capsys):

@@ -227,8 +227,9 @@ def test_folder_holding_a_fifo_still_checks_its_regular_files(tmp_path, capsys):
 @pytest.mark.parametrize("argv, node_line, told, fix", [
     # the file says 2 nodes of 12 GPUs; an h100 node has 8: the same 24 GPUs are 3 nodes
     ([], "gpus_per_node: 12", "hardware.gpus_per_node=12", "hardware.gpus_per_node: 8 and hardware.num_nodes: 3"),
-    # --gpus 12 on h100 is read as 12 per node (12 does not fill whole nodes of 8)
-    (["--gpus", "12"], "gpus_per_node: 8", "--gpus 12 (read as 12 GPUs per node)", "fills whole h100 nodes of 8"),
+    # --gpus 12 on h100 is read as 12 per node (12 does not fill whole nodes of 8), on the file's 2 nodes
+    (["--gpus", "12"], "gpus_per_node: 8", "--gpus 12 (read as 12 GPUs per node)",
+     "--gpus 24 (the total: 3 nodes of 8) or --gpus 8 --nodes 3"),
     (["--gpus", "16", "--nodes", "2"], "gpus_per_node: 8", "--gpus 16", "--gpus 32 (the total: 4 nodes of 8)"),
 ])
 def test_more_gpus_per_node_than_the_hardware_has_is_a_warning(tmp_path, capsys, argv, node_line, told, fix):

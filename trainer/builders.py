@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
 import types
 from pathlib import Path
@@ -179,3 +180,65 @@ def resolve_data_path(path: Any, field: str = "path") -> Path:
             return option
     raise FieldError(field, f"file {path!r} not found (looked in {', '.join(str(p) for p in tried)}); "
                             "fix the path or create the file")
+
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE read at call time (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool = True) -> Optional[Path]:
+    """The ``tokenizer.json`` a tokenizer setting names: the file, a folder holding one, or a model (a
+    bundled id or alias with published weights, or a Hugging Face repo id) whose tokenizer is read from
+    the Hugging Face cache, fetched there first unless HF_HUB_OFFLINE is set. Fine-tuning published
+    weights needs the tokenizer they were trained with: other token ids mean other things to them.
+    ``fetch=False`` (the launcher's pre-flight) leaves a model's tokenizer to the workers, as its
+    weights are: None for a model name."""
+    try:
+        path = resolve_data_path(spec, field)
+    except FieldError:
+        repo = _model_repo(spec)
+        if repo is None:
+            raise
+        return _hub_tokenizer(repo, spec, field) if fetch else None
+    if path.is_dir():
+        path = path / "tokenizer.json"
+        if not path.is_file():
+            raise FieldError(field, f"folder {spec!r} has no tokenizer.json; name the file, a model, or use 'byte'")
+    return path
+
+
+def _model_repo(spec: str) -> Optional[str]:
+    """The Hugging Face repo whose tokenizer a model name means, or None when ``spec`` names no model."""
+    try:
+        from recipe_index import find_bundled_model
+    except ImportError:  # the trainer without the recipe index: repo ids only
+        card = None
+    else:
+        card = find_bundled_model(spec)
+    if card is not None:
+        return card.hf_id or None
+    looks_like_a_file = spec.endswith(".json") or spec.startswith((".", "/", "~"))
+    return spec if _REPO_ID.match(spec) and not looks_like_a_file else None
+
+
+def _hub_tokenizer(repo: str, spec: str, field: str) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    offline = hub_offline()
+    try:
+        path = Path(hf_hub_download(repo, "tokenizer.json", local_files_only=offline))
+    except Exception as err:  # huggingface_hub raises several unrelated types for "not available"
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        where = "the Hugging Face cache (HF_HUB_OFFLINE is set)" if offline else "the Hugging Face hub"
+        raise FieldError(field, f"{spec!r} is no file or folder here, and {repo}'s tokenizer.json is not in {where}: "
+                                f"{first_line}. Download it first (huggingface-cli download {repo} tokenizer.json "
+                                "tokenizer_config.json), or name a tokenizer.json or its folder") from None
+    try:  # its special tokens (BOS, EOS, PAD), which JsonTokenizer reads beside tokenizer.json
+        hf_hub_download(repo, "tokenizer_config.json", local_files_only=offline)
+    except Exception:  # optional: JsonTokenizer falls back to the usual token names
+        pass
+    return path

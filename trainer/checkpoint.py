@@ -82,15 +82,37 @@ def list_complete(checkpoint_dir: Path) -> list[Path]:
     return sorted(found, key=order)
 
 
+def _published_at(path: Path) -> float:
+    """When a checkpoint was published: the time its marker records, else the marker file's own."""
+    marker = path / COMPLETE_MARKER
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8")).get("time")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        return float(recorded)
+    try:
+        return marker.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def list_published(checkpoint_dir: Path) -> list[Path]:
+    """Complete checkpoints in the order they were published, oldest first. Not the step order: a run
+    restarted from an older checkpoint saves lower steps after the abandoned run's higher ones, and
+    its own saves are the newest (retention keeps them; auto-resume continues them)."""
+    return sorted(list_complete(checkpoint_dir), key=_published_at)  # stable: equal times keep the step order
+
+
 def find_latest(checkpoint_dir: Path) -> Optional[Path]:
-    """The checkpoint LATEST names when it is complete, else the newest complete one."""
+    """The checkpoint LATEST names when it is complete, else the one published last."""
     latest = checkpoint_dir / LATEST_FILE
     if latest.is_file():
         named = checkpoint_dir / latest.read_text(encoding="utf-8").strip()
         if is_complete(named):
             return named
-    complete = list_complete(checkpoint_dir)
-    return complete[-1] if complete else None
+    published = list_published(checkpoint_dir)
+    return published[-1] if published else None
 
 
 def resolve_restore(restore_from: Optional[str], checkpoint_dir: Path) -> tuple[Optional[Path], bool]:
@@ -462,11 +484,11 @@ class CheckpointDir:
         return final
 
     def apply_retention(self) -> list[Path]:
-        """Keep the newest ``keep_last`` complete checkpoints; the marker goes first so a half-deleted
-        folder is never mistaken for a checkpoint."""
+        """Keep the ``keep_last`` complete checkpoints published last (``list_published``: never the one
+        just saved); the marker goes first so a half-deleted folder is never mistaken for a checkpoint."""
         if not self.keep_last:
             return []
-        complete = list_complete(self.root)
+        complete = list_published(self.root)
         doomed = complete[: max(len(complete) - self.keep_last, 0)]
         for path in doomed:
             (path / COMPLETE_MARKER).unlink(missing_ok=True)

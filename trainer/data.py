@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from trainer.builders import resolve_data_path
+from trainer.builders import resolve_data_path, resolve_tokenizer_path
 from trainer.overrides import FieldError
 
 IGNORE_INDEX = -100
@@ -94,14 +94,11 @@ class JsonTokenizer:
 
 
 def load_tokenizer(spec: Optional[str], field: str = "tokenizer"):
-    """``"byte"`` (or unset) for the built-in byte tokenizer; else a ``tokenizer.json`` or a folder with one."""
+    """``"byte"`` (or unset) for the built-in byte tokenizer; else a ``tokenizer.json``, a folder with one,
+    or a model whose published tokenizer it is (``builders.resolve_tokenizer_path``)."""
     if spec is None or spec == "byte":
         return ByteTokenizer()
-    path = resolve_data_path(spec, field)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-        if not path.is_file():
-            raise FieldError(field, f"folder {spec!r} has no tokenizer.json; name the file or use 'byte'")
+    path = resolve_tokenizer_path(spec, field)
     try:
         return JsonTokenizer(path)
     except Exception as exc:  # the tokenizers package raises its own exception type

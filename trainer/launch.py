@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainer import checkpoint as ckpt
-from trainer.builders import check_target, dataset_call, resolve_data_path
+from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import fused_step_runs
 from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
+from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import derive_grad_acc_steps
 
 DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
@@ -100,26 +101,23 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
             continue
         call = dataset_call(section, section_name)
         check_target(call["_target_"], section_name)
-        for key in ("path", "tokenizer"):
-            value = call.get(key)
-            if key == "tokenizer" and value in (None, "byte"):
-                continue
-            if value is not None or key == "path" and "Jsonl" in call["_target_"]:
-                try:
-                    resolve_data_path(value, key)
-                except FieldError as exc:
-                    raise ConfigError(f"{section_name}.{exc.field}: {exc.reason}") from None
+        try:
+            if call.get("path") is not None or "Jsonl" in call["_target_"]:
+                resolve_data_path(call.get("path"), "path")
+            if call.get("tokenizer") not in (None, "byte"):
+                resolve_tokenizer_path(call["tokenizer"], fetch=False)  # a model's: fetched by the workers
+        except FieldError as exc:
+            raise ConfigError(f"{section_name}.{exc.field}: {exc.reason}") from None
+    if cfg.recipe.kwargs():  # the recipe class is built as recipe_cls(cfg, raw, info): a keyword would be ignored
+        raise ConfigError(f"recipe.{next(iter(cfg.recipe.kwargs()))}: the recipe class takes no keyword arguments (the "
+                          "trainer would ignore it); remove it")
     for section_name in ("optimizer", "loss_fn", "recipe", "model"):
         target = getattr(cfg, section_name).target
         if target is not None:
             check_target(target, section_name)
     if cfg.optimizer.target is None:
         raise ConfigError("optimizer._target_: missing; e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}")
-    if (cfg.optimizer.fused and cfg.optimizer.target.startswith("torch.optim.")
-            and not fused_step_runs(cfg.optimizer.target, d.strategy)):
-        raise ConfigError(f"optimizer.fused: {cfg.optimizer.target} has no fused step for the sharded (DTensor) "
-                          f"parameters of strategy {d.strategy} (torch fuses only Adam and AdamW there); set "
-                          "optimizer.fused: false, or distributed.strategy: ddp")
+    check_step_callables(cfg)
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
         raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
     check_model_section(cfg.model)
@@ -130,6 +128,40 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
     if compare_resume:
         check_resume_before_launch(cfg, world_size)
+
+
+# torch optimizers the training step cannot drive, and why.
+UNSTEPPABLE_OPTIMIZERS = {
+    "torch.optim.LBFGS": "its step() re-evaluates the loss through a closure, which a training step does not pass",
+    "torch.optim.SparseAdam": "it takes sparse gradients only, and the model's gradients are dense",
+}
+
+
+def check_step_callables(cfg: RecipeConfig) -> None:
+    """The optimizer and loss the training step can call, refused here rather than as a traceback at the
+    first step: fused steps torch has for the strategy, first-order optimizers, a loss of the trainer's
+    signature ``loss_fn(model, input_ids, labels) -> (loss sum, label tokens)``, chunking without TP."""
+    optimizer, strategy = cfg.optimizer.target, cfg.distributed.strategy
+    if optimizer in UNSTEPPABLE_OPTIMIZERS:
+        raise ConfigError(f"optimizer._target_: {optimizer} cannot train here: {UNSTEPPABLE_OPTIMIZERS[optimizer]}; "
+                          "use a first-order optimizer such as torch.optim.AdamW")
+    if cfg.optimizer.fused and optimizer.startswith("torch.optim.") and not fused_step_runs(optimizer, strategy):
+        if "fused" in literal_defaults(optimizer):
+            fix = "set optimizer.fused: false, or distributed.strategy: ddp"
+        else:
+            fix = (f"drop optimizer.fused ({optimizer} takes no such keyword): write the section without it, e.g. "
+                   f"--optimizer \"{{_target_: {optimizer}, lr: {cfg.optimizer.lr}}}\"")
+        raise ConfigError(f"optimizer.fused: {optimizer} has no fused step for the sharded (DTensor) parameters of "
+                          f"strategy {strategy} (torch fuses only Adam and AdamW there); {fix}")
+    loss = cfg.loss_fn.target
+    if loss is not None and not loss.startswith("trainer."):
+        raise ConfigError(f"loss_fn._target_: {loss} takes (input, target), and the training step calls "
+                          "loss_fn(model, input_ids, labels) for (loss sum, label tokens); remove the loss_fn section "
+                          "for trainer.loss.causal_lm_loss, or name a trainer.* loss of that signature")
+    if cfg.loss_fn.kwargs().get("chunked") is True and cfg.distributed.tp_size > 1:
+        raise ConfigError(f"loss_fn.chunked: true does not run with tensor parallel (tp_size {cfg.distributed.tp_size}: "
+                          "the LM head is split over the tp mesh); set loss_fn.chunked: auto or false, or "
+                          "distributed.tp_size: 1")
 
 
 def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:

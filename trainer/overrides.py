@@ -6,8 +6,9 @@ dotted-key walk of ``trainer/dotted.py`` from here. Values are coerced the
 way YAML would read them (``yaml.safe_load``), with one fix: YAML 1.1 reads
 ``1e-4`` (no dot) as a string, but every config author means a float.
 
-Also the trainer's YAML loader: safe (no python tags), bounded in size and
-aliases, with the same float fix, so ``lr: 1e-4`` in a file is a float too.
+Also the trainer's YAML loader: safe (plain data only), under the same limits
+as the service's (``trainer/yaml_limits.py``: size, nesting, aliases, alias
+expansion), with the same float fix, so ``lr: 1e-4`` in a file is a float too.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from typing import Any, Callable
 import yaml
 
 from trainer.dotted import NotASection, with_dotted
-
-MAX_CONFIG_BYTES = 2 * 1024 * 1024
-MAX_ALIASES = 200
+from trainer.yaml_limits import (
+    MAX_BYTES,
+    YamlError,
+    check_plain_data,
+    compose_within_limits,
+    construct,
+    decode,
+    syntax_error,
+)
 
 # YAML 1.1 reads `1e-4` (no dot) as a string; every config author means a float.
 BARE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -41,41 +48,7 @@ class FieldError(ConfigError):
 
 
 class _TrainerLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``1e-4`` as a float and refuses alias bombs."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._aliases = 0
-        self._open_anchors: set[str] = set()  # anchors whose collection is still being composed
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            mark = self.peek_event().start_mark
-            if self._aliases > MAX_ALIASES:
-                raise ConfigError(
-                    f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases; "
-                    "write the values out instead of using many *aliases"
-                )
-            if self.peek_event().anchor in self._open_anchors:
-                raise ConfigError(f"line {mark.line + 1}: recursive alias: *{self.peek_event().anchor} is inside "
-                                  "its own &anchor; write the value out")
-        return super().compose_node(parent, index)
-
-    def _compose_anchored(self, compose, anchor):
-        if anchor is None:
-            return compose(anchor)
-        self._open_anchors.add(anchor)
-        try:
-            return compose(anchor)
-        finally:
-            self._open_anchors.discard(anchor)
-
-    def compose_sequence_node(self, anchor):
-        return self._compose_anchored(super().compose_sequence_node, anchor)
-
-    def compose_mapping_node(self, anchor):
-        return self._compose_anchored(super().compose_mapping_node, anchor)
+    """SafeLoader that reads ``1e-4`` as a float (the limits are :mod:`trainer.yaml_limits`')."""
 
 
 _TrainerLoader.add_implicit_resolver(
@@ -89,47 +62,55 @@ NULL_WORDS = ("null", "~", "none")  # `--key none` clears a key, as in NeMo Auto
 def coerce_value(text: str, loader: type | None = None) -> Any:
     """Read one override value as YAML would: ``8`` -> 8, ``true`` -> True, ``[1, 2]`` -> list,
     ``none``/``null`` -> None; anything YAML cannot read, or would turn into null by accident
-    (an empty value), stays the string given."""
+    (an empty value), stays the string given.
+
+    A value is read under the limits of a whole config file (an override comes from a client as much
+    as a posted file does): ConfigError for an alias bomb, a recursive alias, deep nesting, an integer
+    beyond 64 bits or a tag other than plain data (``!!binary``, ``!!set``), which the config the
+    override lands in could not be read back with.
+    """
     if BARE_FLOAT.match(text.strip()):
         return float(text)
     if text.strip().lower() in NULL_WORDS:
         return None
+    loader = loader or _TrainerLoader
     try:
-        value = yaml.load(text, Loader=loader or _TrainerLoader)
-    except ConfigError:  # a limit of the loader (recursive alias, alias count): refuse, never a string
-        raise
+        node = compose_within_limits(text, "override", loader)
+        if node is None:
+            return text
+        check_plain_data(node, "override", "the value")
+        value = construct(node, loader)
+    except YamlError as err:
+        tagged = err.reason.startswith("YAML tag")
+        fix = "write a plain value, or quote it if the `!` is text" if tagged else err.fix
+        raise ConfigError(f"{err.reason}; {fix}") from None
     except (yaml.YAMLError, ValueError):  # ValueError: what YAML reads as an impossible date (2024-13-45)
         return text
     return text if value is None else value
 
 
 def load_yaml_file(path: str | Path) -> dict:
-    """Load a config file safely; a clear ConfigError for anything that is not a YAML mapping."""
+    """Load a config file under the service's limits (:mod:`trainer.yaml_limits`): size, nesting, aliases,
+    alias expansion and plain data only. A clear ConfigError for anything that is not a YAML mapping."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass the path of a YAML config")
-    raw = path.read_bytes()[: MAX_CONFIG_BYTES + 1]
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES:,} bytes; a config is a few hundred keys")
-    if b"\x00" in raw[:8192]:
-        raise ConfigError(f"{path}: looks binary (NUL bytes), not a YAML config")
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_BYTES + 1)
     try:
-        data = yaml.load(raw.decode("utf-8-sig"), Loader=_TrainerLoader)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: YAML syntax error: {exc.problem}") from None
+        text = decode(raw, str(path))
+        node = compose_within_limits(text, str(path), _TrainerLoader)
+        if node is not None:
+            check_plain_data(node, str(path))
+        data = None if node is None else construct(node, _TrainerLoader)
+    except YamlError as err:
+        where = err.path if err.line is None else f"{err.path}: line {err.line}"
+        raise ConfigError(f"{where}: {err.reason}" + (f"; {err.fix}" if err.fix else "")) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: YAML error: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except ValueError as exc:  # PyYAML's int() past Python's digit limit, or a date that is no date
-        why = str(exc).split(":")[0]
-        hint = "configs hold small integers; " if "digits" in why else ""
-        raise ConfigError(f"{path}: a value cannot be read ({why}); {hint}`recipe-advisor validate` names "
-                          "the key and line") from None
+        raise ConfigError(str(syntax_error(exc, str(path)))) from None
+    except ValueError as exc:  # a date that is no date (2024-13-45)
+        raise ConfigError(f"{path}: a value cannot be read ({str(exc).split(':')[0]}); `recipe-advisor validate` "
+                          "names the key and line") from None
     if data is None:
         raise ConfigError(f"{path}: the file is empty; a config is a YAML mapping of sections")
     if not isinstance(data, dict):

@@ -93,3 +93,30 @@ def find_definition(module: str, name: str, hops: int = 0) -> Optional[Definitio
                         if alias.name != "*":
                             raise
     raise DefinitionNotFound(f"{name} is not defined in {module}")
+
+
+@lru_cache(maxsize=64)
+def literal_defaults(target: str) -> dict:
+    """``{keyword: default}`` of a class's ``__init__`` (``module.Class``), literal defaults only; ``{}``
+    when the class or its source cannot be read."""
+    module, _, name = target.rpartition(".")
+    try:
+        found = find_definition(module, name)
+    except (DefinitionNotFound, OSError, SyntaxError, ValueError):
+        return {}
+    if found is None or not isinstance(found.node, ast.ClassDef):
+        return {}
+    init = next((n for n in found.node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:
+        return {}
+    args = init.args
+    positional = args.posonlyargs + args.args
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    defaults = {}
+    for arg, node in pairs:
+        try:
+            defaults[arg.arg] = ast.literal_eval(node)
+        except ValueError:  # not a literal (a constant's name): unknown here
+            continue
+    return defaults

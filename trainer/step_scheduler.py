@@ -52,6 +52,13 @@ def too_little_data(dataloader, global_batch_size: int, local_batch_size: int, d
             f"{local_batch_size}), are fewer than one global batch of {global_batch_size}; {fix}")
 
 
+def steps_per_epoch(num_samples: int, global_batch_size: int, local_batch_size: int, dp_size: int) -> int:
+    """Optimizer steps one pass over ``num_samples`` gives: each data-parallel rank takes an equal share
+    in whole local batches (ResumableDataLoader), and a partial accumulation group is dropped."""
+    return (num_samples // dp_size // local_batch_size) // derive_grad_acc_steps(global_batch_size, local_batch_size,
+                                                                                dp_size)
+
+
 def run_length(max_steps: Optional[int], num_epochs: int, steps_per_epoch: int) -> int:
     """Optimizer steps of a run: max_steps when set, capped by the epochs (the LR schedule's length
     unless lr_scheduler.decay_steps fixes it; the resume check compares it too)."""
@@ -77,6 +84,7 @@ class StepScheduler:
         self.steps_per_epoch = len(dataloader) // self.grad_acc_steps
         if self.steps_per_epoch == 0:
             raise ConfigError(too_little_data(dataloader, global_batch_size, local_batch_size, dp_size))
+        self.max_steps = max_steps
         self.total_steps = run_length(max_steps, num_epochs, self.steps_per_epoch)
         self.num_epochs = num_epochs
         self.val_check_interval = val_check_interval
@@ -84,6 +92,19 @@ class StepScheduler:
         self.log_interval = log_interval
         self.step = 0
         self.epoch = 0
+
+    def length_warnings(self, warmup_steps: int) -> list[str]:
+        """What the run's length does that its config does not show: the data ending it before
+        max_steps, and an LR warmup longer than the run."""
+        warnings = []
+        if self.max_steps and self.total_steps < self.max_steps:
+            warnings.append(f"the data ends the run after {self.total_steps} steps ({self.num_epochs} epoch(s) of "
+                            f"{self.steps_per_epoch}), before step_scheduler.max_steps {self.max_steps}; raise "
+                            "step_scheduler.num_epochs or add data")
+        if warmup_steps > self.total_steps:
+            warnings.append(f"lr_scheduler.warmup_steps {warmup_steps} is longer than the run ({self.total_steps} "
+                            "steps): the learning rate never reaches optimizer.lr")
+        return warnings
 
     @property
     def epochs(self) -> Iterator[int]:

@@ -4,6 +4,7 @@ recipe-level consistency checks (metadata vs values, model vs dataset)."""
 from __future__ import annotations
 
 from difflib import get_close_matches
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
@@ -15,9 +16,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from service.validate import ConfigView
 
 
+# A posted config may hold tens of thousands of unknown keys (bughunt s8b #4): the difflib search
+# per key is bounded by the candidates it compares and the length of the word it compares, and
+# remembered, since one typo tends to recur across files and requests.
+MAX_SUGGESTION_CANDIDATES = 64
+MAX_SUGGESTED_WORD = 64
+
+
 def _did_you_mean(word: str, options) -> str:
-    close = get_close_matches(word, sorted(options), n=1)
-    return f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(sorted(options))}"
+    known = sorted(options)[:MAX_SUGGESTION_CANDIDATES]
+    close = _closest(word, tuple(known)) if len(word) <= MAX_SUGGESTED_WORD else None
+    if close is not None:
+        return f"did you mean `{close}`?"
+    more = len(options) - len(known)
+    return f"known keys: {', '.join(known)}" + (f" and {more} more" if more > 0 else "")
+
+
+@lru_cache(maxsize=4096)
+def _closest(word: str, candidates: tuple[str, ...]) -> Optional[str]:
+    close = get_close_matches(word, candidates, n=1)
+    return close[0] if close else None
 
 
 @config_rule("RA-C001", "error", "", "known sections and keys",
@@ -74,6 +92,14 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
     match = PRECISION_TOKEN.search(name or "")
     token = match.group(1) if match else None
     label_precision = precision_of_token(label) if label else None
+    if token and precision_of_token(token) != actual and meta.megatron_recipe and label_precision == actual:
+        # A deliberate change, recorded in the label (recommend --precision): the Bridge recipe stays the base.
+        return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe, and this config "
+                         f"trains in {actual} (metadata.precision_recipe: {label}): another experiment than the "
+                         "recipe, which Bridge's command for it would run in " + token,
+                         f"set precision: {precision_of_token(token)} (and metadata.precision_recipe: {token}) to "
+                         f"train as the recipe does, or point metadata.megatron_recipe at Bridge's {label} variant "
+                         f"({name.replace(f'_{token}', f'_{label}', 1)}) where the index has one")
     if token and precision_of_token(token) != actual:
         labelled = f" (metadata.precision_recipe: {label})" if label else ""
         rename = label if label_precision == actual else _tokens_for(actual)

@@ -24,6 +24,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
+from trainer.builders import hub_offline
 from trainer.hf_io import SafetensorsReader, WeightsNotFoundError, has_hf_weights
 from trainer.models.config import DecoderConfig, ModelConfigError
 from trainer.models.decoder import CausalLM
@@ -185,19 +186,15 @@ def is_meta(model: nn.Module) -> bool:
 # ---- resolving a name to a config and weights -------------------------------------------------
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-
-
 def _hub_snapshot(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
         folder = snapshot_download(
-            repo_id, allow_patterns=["*.json", "*.safetensors"], local_files_only=_offline()
+            repo_id, allow_patterns=["*.json", "*.safetensors"], local_files_only=hub_offline()
         )
     except Exception as err:  # huggingface_hub raises several unrelated types for "not available"
-        hint = " (HF_HUB_OFFLINE is set: download it first or unset it)" if _offline() else ""
+        hint = " (HF_HUB_OFFLINE is set: download it first or unset it)" if hub_offline() else ""
         raise WeightsNotFoundError(f"{repo_id}: no Hugging Face snapshot available{hint}: {err}") from None
     return Path(folder)
 
@@ -206,12 +203,12 @@ def _hub_config(repo_id: str) -> DecoderConfig:
     from huggingface_hub import hf_hub_download
 
     try:
-        path = hf_hub_download(repo_id, "config.json", local_files_only=_offline())
+        path = hf_hub_download(repo_id, "config.json", local_files_only=hub_offline())
     except Exception as err:
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ModelConfigError(
             f"model {repo_id!r}: not a local folder/config.json, not a bundled model{_suggestions(repo_id)}, "
-            f"and not on the Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if _offline() else ''}: {first_line}"
+            f"and not on the Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if hub_offline() else ''}: {first_line}"
         ) from None
 
 

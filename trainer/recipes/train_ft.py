@@ -162,6 +162,8 @@ class TrainFinetuneRecipe(BaseRecipe):
             checkpoint_interval=s.checkpoint_interval if cfg.checkpoint.enabled else None,
             log_interval=s.log_interval)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.lr_scheduler, self.step_scheduler.total_steps)
+        for warning in self.step_scheduler.length_warnings(cfg.lr_scheduler.warmup_steps):
+            log(f"warning: {warning}", info)
         if self.restore_path is not None:
             self.load_checkpoint_state(self.restore_path)
             log(f"resumed from {self.restore_path} at step {self.step_scheduler.step}", info)

@@ -1,0 +1,76 @@
+"""Rules on the bundled trainer's data: what the tokens mean, and whether the data lasts the run.
+
+Validate never opens a data file a config names (a config is data, and the service must not probe
+its own disk for a caller): only what the config itself says is judged, e.g. a MockDataset's sample
+count, whose default is read from the trainer's source like any `_target_` signature.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from service.rules.registry import Violation, config_rule
+from trainer.source_reader import literal_defaults
+from trainer.step_scheduler import run_length, steps_per_epoch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from service.validate import ConfigView
+
+MOCK_DATASET = "trainer.data.MockDataset"
+TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
+DATA_SECTIONS = ("dataset", "validation_dataset")
+
+
+@config_rule("RA-D001", "warning", "dataset.tokenizer", "published weights are fed their own tokenizer's ids",
+             "a model reads token ids as its tokenizer wrote them; trainer/data.py load_tokenizer")
+def weights_use_their_tokenizer(view: "ConfigView") -> Iterator[Violation]:
+    cfg = view.config
+    if cfg is None or cfg.model.kwargs().get("load_weights") is not True:
+        return
+    model = cfg.model.pretrained_model_name_or_path or "the model"
+    for name in DATA_SECTIONS:
+        section = getattr(cfg, name)
+        if section is None or not str(section.target or "").startswith(TOKENIZING_DATASETS):
+            continue
+        if section.kwargs().get("tokenizer", "byte") in (None, "byte"):
+            yield Violation(
+                f"{name}.tokenizer is the byte tokenizer while model.load_weights loads {model}'s weights: their "
+                "token ids mean other tokens to the model, so the run trains on garbage (the loss still falls)",
+                f"set {name}.tokenizer: {model} (its tokenizer.json, read from the same place as the weights) or "
+                "a path to the model's tokenizer.json", key=f"{name}.tokenizer")
+
+
+def _mock_samples(view: "ConfigView") -> Optional[int]:
+    """The training MockDataset's sample count, or None when the data is not a MockDataset."""
+    section = view.config.dataset
+    if section.target != MOCK_DATASET:
+        return None
+    samples = section.kwargs().get("num_samples", literal_defaults(MOCK_DATASET).get("num_samples"))
+    return samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
+
+
+@config_rule("RA-D002", "warning", "step_scheduler.max_steps", "the mock data lasts the run",
+             "trainer/step_scheduler.py: a run ends at min(max_steps, num_epochs x steps per epoch)")
+def mock_data_lasts_the_run(view: "ConfigView") -> Optional[Violation]:
+    cfg, facts = view.config, view.facts
+    if cfg is None or facts is None or cfg.distributed.strategy == "megatron" or not facts.grad_accumulation_steps:
+        return None
+    samples = _mock_samples(view)
+    if samples is None:
+        return None
+    s = cfg.step_scheduler
+    per_epoch = steps_per_epoch(samples, s.global_batch_size, s.local_batch_size, facts.dp)
+    if per_epoch == 0:
+        return Violation(f"dataset.num_samples {samples} is fewer than one global batch of {s.global_batch_size} "
+                         f"(over {facts.dp} data-parallel ranks): the trainer refuses to start",
+                         f"set dataset.num_samples to at least {s.global_batch_size}", key="dataset.num_samples")
+    length = run_length(s.max_steps, s.num_epochs, per_epoch)
+    if not s.max_steps or length >= s.max_steps:
+        return None
+    epochs = -(-s.max_steps // per_epoch)
+    warmup = cfg.lr_scheduler.warmup_steps
+    peak = (f"; the LR warmup ({warmup} steps) never reaches its peak" if warmup > length else "")
+    return Violation(f"the mock data ends the run after {length} steps ({s.num_epochs} epoch(s) of {per_epoch}), "
+                     f"not at step_scheduler.max_steps {s.max_steps}{peak}",
+                     f"set step_scheduler.num_epochs: {epochs} (the mock data repeats; only throughput is measured), "
+                     f"or max_steps: {length}", key="step_scheduler.num_epochs")

@@ -1,0 +1,145 @@
+"""Bug hunt s8 (#1, #2): bundled stand-in recommendations whose data cannot carry the schedule, and
+fine-tunes of published weights on the byte tokenizer.
+
+- a tokenizer may name a model (bundled id or Hugging Face repo): its tokenizer.json comes from the
+  Hugging Face cache, as the weights do (offline here: a fake cache in tmp_path);
+- recommend gives fine-tunes of published weights the model's tokenizer; RA-D001 flags the byte one;
+- a stand-in's mock data repeats to last the carried max_steps, a too-small SFT sample is said;
+  RA-D002 flags mock data that ends a run early; the trainer warns when the data or the warmup
+  does not fit the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.recommend import recommend
+from service.validate import validate_text
+from tests.trainer_harness import run_trainer, write_config
+from trainer.config import parse_config
+from trainer.data import JsonTokenizer, load_tokenizer
+from trainer.launch import preflight
+from trainer.overrides import ConfigError, FieldError
+from trainer.step_scheduler import StepScheduler, steps_per_epoch
+
+REPO = "tiny-org/tiny-tok"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An offline Hugging Face cache holding REPO's tokenizer.json and tokenizer_config.json."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    cache = tmp_path / "hub"
+    repo_dir = cache / ("models--" + REPO.replace("/", "--"))
+    snapshot = repo_dir / "snapshots" / ("b" * 40)
+    snapshot.mkdir(parents=True)
+    tok = Tokenizer(WordLevel({"<unk>": 0, "hello": 1, "world": 2, "<|endoftext|>": 3}, unk_token="<unk>"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(snapshot / "tokenizer.json"))
+    (snapshot / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text("b" * 40)
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def test_a_tokenizer_may_name_a_model_whose_tokenizer_is_in_the_hub_cache(hub_cache):
+    tok = load_tokenizer(REPO, "dataset.tokenizer")
+    assert isinstance(tok, JsonTokenizer)
+    assert tok.encode("hello world") == [1, 2] and tok.eos_id == 3  # the special token from tokenizer_config.json
+    with pytest.raises(FieldError, match=r"tiny-org/absent's tokenizer.json is not in the Hugging Face cache "
+                                         r"\(HF_HUB_OFFLINE is set\).*huggingface-cli download tiny-org/absent"):
+        load_tokenizer("tiny-org/absent", "dataset.tokenizer")
+    with pytest.raises(FieldError, match="not found"):  # neither a file nor a model name
+        load_tokenizer("no-such-tokenizer.json")
+
+
+def test_the_launch_preflight_leaves_a_model_tokenizer_to_the_workers_as_its_weights(tmp_path):
+    def config(tokenizer: str) -> dict:
+        data = yaml.safe_load(write_config(tmp_path / tokenizer.replace("/", "_")).read_text())
+        data["dataset"] = {"_target_": "trainer.data.JsonlSFTDataset", "seq_length": 8, "tokenizer": tokenizer,
+                           "path": "recipe_index/data/tiny_sft.jsonl"}
+        return data
+
+    preflight(parse_config(config("tiny-org/not-cached-here")), 2)  # no hub access before launch
+    with pytest.raises(ConfigError, match=r"^dataset\.tokenizer: file 'missing/tokenizer\.json' not found"):
+        preflight(parse_config(config("missing/tokenizer.json")), 2)  # a path: checked as before
+
+
+def _findings(text: str, code: str) -> list:
+    return [f for f in validate_text(text, "c.yaml").findings if f.code == code]
+
+
+def test_fine_tuning_published_weights_uses_their_tokenizer():
+    rec = recommend("qwen3-8b", 8, "h100", engine="bundled", goal="peft")
+    assert rec.config["model"]["load_weights"] is True
+    assert rec.config["dataset"]["tokenizer"] == rec.config["validation_dataset"]["tokenizer"] == "Qwen/Qwen3-8B"
+    assert any("the tokenizer the weights were trained with" in note for note in rec.notes)
+    assert _findings(rec.config_yaml, "RA-D001") == []
+    byte = yaml.safe_load(rec.config_yaml)
+    byte["dataset"]["tokenizer"] = "byte"
+    [finding] = _findings(yaml.safe_dump(byte), "RA-D001")
+    assert finding.key == "dataset.tokenizer" and "set dataset.tokenizer: qwen3-8b" in finding.fix
+    # No weights loaded: the byte tokenizer is fine (tiny-llama trains from scratch on its own sample).
+    assert _findings(recommend("tiny-llama", 2, "cpu", engine="bundled", goal="sft").config_yaml, "RA-D001") == []
+
+
+def test_a_stand_in_pretrain_repeats_its_mock_data_to_last_the_library_schedule():
+    rec = recommend("llama3-8b", 8, "h100", nodes=2, engine="bundled")
+    s, lay = rec.config["step_scheduler"], rec.best.layout
+    per_epoch = steps_per_epoch(rec.config["dataset"]["num_samples"], s["global_batch_size"], s["local_batch_size"],
+                                lay.dp(16))
+    assert s["num_epochs"] * per_epoch >= s["max_steps"] > (s["num_epochs"] - 1) * per_epoch
+    assert any("repeated for" in n and "JsonlPretrainDataset" in n for n in rec.notes)
+    assert _findings(rec.config_yaml, "RA-D002") == []
+    one_epoch = yaml.safe_load(rec.config_yaml)
+    one_epoch["step_scheduler"]["num_epochs"] = 1
+    [finding] = _findings(yaml.safe_dump(one_epoch), "RA-D002")
+    assert f"ends the run after {per_epoch} steps" in finding.message and "never reaches its peak" in finding.message
+    assert f"num_epochs: {s['num_epochs']}" in finding.fix
+
+
+def test_a_stand_in_sft_says_when_its_sample_cannot_carry_the_batch():
+    rec = recommend("qwen25-7b", 8, "h100", engine="bundled", goal="sft")
+    assert any("96 rows are fewer than one global batch of 128: the run starts only with your data" in n
+               for n in rec.notes)
+
+
+class _Loader:
+    def __init__(self, batches: int):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return self.batches
+
+
+def test_the_step_scheduler_says_when_the_data_or_the_warmup_does_not_fit_the_run():
+    sched = StepScheduler(_Loader(8), global_batch_size=8, local_batch_size=2, dp_size=2, max_steps=100)
+    assert sched.total_steps == 4
+    ends, warmup = sched.length_warnings(warmup_steps=10)
+    assert ends.startswith("the data ends the run after 4 steps (1 epoch(s) of 4), before step_scheduler.max_steps 100")
+    assert warmup.startswith("lr_scheduler.warmup_steps 10 is longer than the run (4 steps)")
+    assert StepScheduler(_Loader(8), global_batch_size=8, local_batch_size=2, dp_size=2,
+                         max_steps=4).length_warnings(warmup_steps=2) == []
+
+
+def test_a_real_run_warns_that_its_data_ends_it_before_max_steps(tmp_path):
+    config = write_config(tmp_path, {"dataset": {"num_samples": 32},
+                                     "step_scheduler": {"max_steps": 50, "checkpoint_interval": None},
+                                     "lr_scheduler": {"warmup_steps": 20, "decay_steps": None},
+                                     "checkpoint": {"enabled": False, "checkpoint_dir": "ckpt"}})
+    result = run_trainer(config)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "warning: the data ends the run after 4 steps (1 epoch(s) of 4), before step_scheduler.max_steps 50" \
+        in result.stderr
+    assert "warning: lr_scheduler.warmup_steps 20 is longer than the run (4 steps)" in result.stderr
