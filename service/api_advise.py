@@ -27,7 +27,7 @@ from service.lookups import lookup_hardware, lookup_model
 from service.memo import Answer, ResponseCache, cached_answer
 from service.planner import PlanError, plan
 from service.recommend import Recommendation, recommend
-from service.yamlio import OverrideError
+from service.yamlio import OverrideError, YamlError
 
 router = APIRouter(tags=["advise"], route_class=StrictRequestRoute)
 
@@ -163,6 +163,9 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
         message = str(err)  # the shared override parser already says "override --key: ..."
         raise client_error(400, message if message.startswith("override") else f"override {message}",
                            "overrides") from None
+    except YamlError as err:  # the written YAML is re-read under the file limits (e.g. an override nested too deep)
+        raise client_error(400, f"the advised config would not read back as a config: {err}; an override is beyond "
+                                "what a config holds: give a smaller or flatter one", "overrides") from None
     if rec.errors:  # overrides, or a defect: the advised config itself should validate with 0 errors
         found = "; ".join(f"{f.code} at {f.key or 'the config'}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
                           for f in rec.findings if f.severity == "error")

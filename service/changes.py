@@ -414,8 +414,8 @@ def diff(base: dict, new: dict) -> list[Change]:
 
 
 def _same_model(key: str, a: Any, b: Any) -> bool:
-    """Two names of one bundled model (``llama3-8b``, ``meta-llama/Meta-Llama-3-8B``): the trainer and
-    the planner resolve both to the same card, config and weights, so renaming it changes nothing."""
+    """Two names of one bundled model (``llama3-8b``, ``meta-llama/Meta-Llama-3-8B``): the planner, and the
+    trainer where no local folder has that name, resolve both to the same card, config and weights."""
     if key != "model.pretrained_model_name_or_path" or not (isinstance(a, str) and isinstance(b, str)):
         return False
     first, second = find_bundled_model(a), find_bundled_model(b)

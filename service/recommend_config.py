@@ -202,7 +202,7 @@ def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: lis
     gbs, max_steps, epochs = s["global_batch_size"], s["max_steps"], s["num_epochs"] or 1
     mbs, dp = row.layout.micro_batch_size, row.layout.dp(world_size)
     if _get(config, "dataset._target_") == MOCK_DATASET:
-        samples = _get(config, "dataset.num_samples") or literal_defaults(MOCK_DATASET)["num_samples"]
+        samples = _get(config, "dataset.num_samples") or literal_defaults(MOCK_DATASET).get("num_samples")
         if steps_per_epoch(samples, gbs, mbs, dp) == 0:
             samples = gbs
             _set(config, "dataset.num_samples", samples)
@@ -219,9 +219,9 @@ def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: lis
     short = ""
     if rows is not None and rows < gbs:
         short = f"; its {rows} rows are fewer than one global batch of {gbs}: the run starts only with your data"
-    elif rows is not None and max_steps and run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp)) < max_steps:
-        short = (f"; its {rows} rows end the run after {run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp))}"
-                 f" of the {max_steps} steps")
+    elif rows is not None and max_steps:
+        length = run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp))
+        short = f"; its {rows} rows end the run after {length} of the {max_steps} steps" if length < max_steps else ""
     notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
                  f"at your data{short}")
 

@@ -143,3 +143,19 @@ def test_a_real_run_warns_that_its_data_ends_it_before_max_steps(tmp_path):
     assert "warning: the data ends the run after 4 steps (1 epoch(s) of 4), before step_scheduler.max_steps 50" \
         in result.stderr
     assert "warning: lr_scheduler.warmup_steps 20 is longer than the run (4 steps)" in result.stderr
+
+
+def test_a_tokenizer_that_is_not_text_gets_the_path_error_not_a_traceback():
+    with pytest.raises(FieldError, match="expected a file path, got 5"):
+        load_tokenizer(5, "dataset.tokenizer")
+
+
+def test_a_hub_config_is_returned_not_dropped(monkeypatch, tmp_path):
+    """resolve_config of a repo id read the config.json and returned None (its return sat in another function)."""
+    import trainer.models.builder as builder
+    from tests.test_model_build import tiny_config, write_config as write_model
+
+    path = write_model(tmp_path / "m", tiny_config("llama3")) / "config.json"
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda repo, name, **kw: str(path))
+    config, weights = builder.resolve_config("tiny-org/some-model")
+    assert config is not None and config.rope_type == "llama3" and weights is None

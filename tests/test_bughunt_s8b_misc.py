@@ -59,3 +59,13 @@ def test_a_recorded_precision_change_of_a_bridge_recipe_says_so_in_ra_c005():
                                       "Bridge's bf16 recipe, and this config trains in fp16 "
                                       "(metadata.precision_recipe: fp16)")
     assert finding.fix.startswith("set precision: bf16 (and metadata.precision_recipe: bf16) to train as the recipe")
+
+
+def test_an_override_too_deep_for_the_written_config_is_a_400_not_a_500():
+    """Review s8 #1: 63 levels pass the override's own limit; under `metadata` the config is 65 deep."""
+    deep = "[" * 63 + "]" * 63  # read as YAML, as the CLI reads it
+    response = TestClient(create_app()).post("/v1/recommend", json={
+        "model": "tiny-llama", "gpus": 2, "gpu_type": "cpu", "engine": "bundled", "overrides": {"metadata.deep": deep}})
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["field"] == "overrides" and "would not read back as a config" in body["detail"]

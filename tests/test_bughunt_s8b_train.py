@@ -99,3 +99,11 @@ def test_a_recipe_keyword_the_trainer_would_ignore_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"^recipe\.junk: the recipe class takes no keyword arguments"):
         preflight(_config(tmp_path, recipe=recipe), 2)
     preflight(_config(tmp_path, recipe={"_target_": "trainer.recipes.TrainFinetuneRecipe"}), 2)
+
+
+def test_the_checkpoint_just_published_survives_a_clock_set_back(tmp_path):
+    folder = CheckpointDir(tmp_path, keep_last=1)
+    older = _publish(folder, 10)
+    _age(older, -3600)  # recorded an hour in the future: another node's clock, or one set back since
+    newest = _publish(folder, 12)
+    assert newest.is_dir() and find_latest(tmp_path) == newest and not older.exists()

@@ -43,11 +43,12 @@ def _loader_lines(fn) -> int:
     def on_call(frame, event, arg):
         return local if frame.f_code.co_filename in files else None
 
+    previous = sys.gettrace()  # a coverage or debugger tracer, restored afterwards
     sys.settrace(on_call)
     try:
         fn()
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     return count
 
 

@@ -119,6 +119,8 @@ CASES = [
                                       "seq_length": 4096}}),
     ("RA-D002", "dense", {"distributed.strategy": "fsdp2",  # 64 samples: 1 step of 64 per epoch, max_steps 10
                           "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 64}}),
+    ("RA-D003", "dense", {"distributed.strategy": "fsdp2",  # 32 samples under one global batch of 64
+                          "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 32}}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]

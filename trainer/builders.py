@@ -200,7 +200,7 @@ def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool =
     try:
         path = resolve_data_path(spec, field)
     except FieldError:
-        repo = _model_repo(spec)
+        repo = _model_repo(spec) if isinstance(spec, str) else None
         if repo is None:
             raise
         return _hub_tokenizer(repo, spec, field) if fetch else None
@@ -232,7 +232,7 @@ def _hub_tokenizer(repo: str, spec: str, field: str) -> Path:
     try:
         path = Path(hf_hub_download(repo, "tokenizer.json", local_files_only=offline))
     except Exception as err:  # huggingface_hub raises several unrelated types for "not available"
-        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        first_line = (str(err).splitlines()[0] if str(err) else type(err).__name__).rstrip(".")
         where = "the Hugging Face cache (HF_HUB_OFFLINE is set)" if offline else "the Hugging Face hub"
         raise FieldError(field, f"{spec!r} is no file or folder here, and {repo}'s tokenizer.json is not in {where}: "
                                 f"{first_line}. Download it first (huggingface-cli download {repo} tokenizer.json "

@@ -480,15 +480,17 @@ class CheckpointDir:
         tmp.rename(final)
         _fsync_path(self.root)
         write_atomic(self.root / LATEST_FILE, final.name + "\n")
-        self.apply_retention()
+        self.apply_retention(keep=final)
         return final
 
-    def apply_retention(self) -> list[Path]:
-        """Keep the ``keep_last`` complete checkpoints published last (``list_published``: never the one
-        just saved); the marker goes first so a half-deleted folder is never mistaken for a checkpoint."""
+    def apply_retention(self, keep: Optional[Path] = None) -> list[Path]:
+        """Keep the ``keep_last`` complete checkpoints published last (``list_published``), ``keep`` (the
+        one just saved) among them whatever the clocks say; the marker goes first so a half-deleted
+        folder is never mistaken for a checkpoint."""
         if not self.keep_last:
             return []
-        complete = list_published(self.root)
+        complete = [p for p in list_published(self.root) if p != keep]
+        complete += [keep] if keep is not None and is_complete(keep) else []
         doomed = complete[: max(len(complete) - self.keep_last, 0)]
         for path in doomed:
             (path / COMPLETE_MARKER).unlink(missing_ok=True)

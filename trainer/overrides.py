@@ -56,7 +56,7 @@ _TrainerLoader.add_implicit_resolver(
 )
 
 
-NULL_WORDS = ("null", "~", "none")  # `--key none` clears a key, as in NeMo AutoModel's CLI
+NULL_WORDS = ("null", "~", "none")  # `--key none` sets null (an optional key unset), as in NeMo AutoModel
 
 
 def coerce_value(text: str, loader: type | None = None) -> Any:

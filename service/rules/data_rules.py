@@ -49,9 +49,9 @@ def _mock_samples(view: "ConfigView") -> Optional[int]:
     return samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
 
 
-@config_rule("RA-D002", "warning", "step_scheduler.max_steps", "the mock data lasts the run",
-             "trainer/step_scheduler.py: a run ends at min(max_steps, num_epochs x steps per epoch)")
-def mock_data_lasts_the_run(view: "ConfigView") -> Optional[Violation]:
+def _mock_steps_per_epoch(view: "ConfigView") -> Optional[int]:
+    """Optimizer steps one pass over the bundled trainer's MockDataset gives, or None (other data, a
+    Megatron config, or a layout whose batch does not divide: RA-B001's)."""
     cfg, facts = view.config, view.facts
     if cfg is None or facts is None or cfg.distributed.strategy == "megatron" or not facts.grad_accumulation_steps:
         return None
@@ -59,18 +59,34 @@ def mock_data_lasts_the_run(view: "ConfigView") -> Optional[Violation]:
     if samples is None:
         return None
     s = cfg.step_scheduler
-    per_epoch = steps_per_epoch(samples, s.global_batch_size, s.local_batch_size, facts.dp)
-    if per_epoch == 0:
-        return Violation(f"dataset.num_samples {samples} is fewer than one global batch of {s.global_batch_size} "
-                         f"(over {facts.dp} data-parallel ranks): the trainer refuses to start",
-                         f"set dataset.num_samples to at least {s.global_batch_size}", key="dataset.num_samples")
+    return steps_per_epoch(samples, s.global_batch_size, s.local_batch_size, facts.dp)
+
+
+@config_rule("RA-D002", "warning", "step_scheduler.max_steps", "the mock data lasts the run",
+             "trainer/step_scheduler.py: a run ends at min(max_steps, num_epochs x steps per epoch)")
+def mock_data_lasts_the_run(view: "ConfigView") -> Optional[Violation]:
+    per_epoch = _mock_steps_per_epoch(view)
+    s = view.config.step_scheduler if view.config else None
+    if not per_epoch or not s.max_steps:
+        return None
     length = run_length(s.max_steps, s.num_epochs, per_epoch)
-    if not s.max_steps or length >= s.max_steps:
+    if length >= s.max_steps:
         return None
     epochs = -(-s.max_steps // per_epoch)
-    warmup = cfg.lr_scheduler.warmup_steps
+    warmup = view.config.lr_scheduler.warmup_steps
     peak = (f"; the LR warmup ({warmup} steps) never reaches its peak" if warmup > length else "")
     return Violation(f"the mock data ends the run after {length} steps ({s.num_epochs} epoch(s) of {per_epoch}), "
                      f"not at step_scheduler.max_steps {s.max_steps}{peak}",
                      f"set step_scheduler.num_epochs: {epochs} (the mock data repeats; only throughput is measured), "
                      f"or max_steps: {length}", key="step_scheduler.num_epochs")
+
+
+@config_rule("RA-D003", "error", "dataset.num_samples", "the mock data holds one global batch",
+             "trainer/step_scheduler.py: no optimizer step from the data is refused at start-up")
+def mock_data_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
+    if _mock_steps_per_epoch(view) != 0:
+        return None
+    gbs, dp = view.config.step_scheduler.global_batch_size, view.facts.dp
+    return Violation(f"dataset.num_samples {_mock_samples(view)} is fewer than one global batch of {gbs} (over {dp} "
+                     "data-parallel ranks): the trainer refuses to start", f"set dataset.num_samples to at least {gbs}",
+                     key="dataset.num_samples")

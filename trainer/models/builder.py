@@ -210,6 +210,7 @@ def _hub_config(repo_id: str) -> DecoderConfig:
             f"model {repo_id!r}: not a local folder/config.json, not a bundled model{_suggestions(repo_id)}, "
             f"and not on the Hugging Face hub{' cache (HF_HUB_OFFLINE is set)' if hub_offline() else ''}: {first_line}"
         ) from None
+    return DecoderConfig.from_file(path)
 
 
 def _suggestions(name: str) -> str:
@@ -219,7 +220,6 @@ def _suggestions(name: str) -> str:
         return ""
     close = model_suggestions(name)
     return f" (closest bundled ids: {', '.join(close)})" if close else ""
-    return DecoderConfig.from_file(path)
 
 
 def resolve_config(name_or_path: str, *, need_weights: bool = False) -> tuple[DecoderConfig, Optional[Path]]:
