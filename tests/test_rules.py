@@ -97,6 +97,7 @@ CASES = [
     ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),
     ("RA-E001", "dense", {"distributed.strategy": "fsdp2", "distributed.cp_size": 2}),
     ("RA-E002", "moe", {"distributed.strategy": "fsdp2"}),
+    ("RA-E004", "dense", {"distributed.strategy": "fsdp2", "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
     ("RA-E003", "dense", {"distributed.strategy": "fsdp2", "hardware.gpu_type": "b200", "precision": "nvfp4"}),
     ("RA-M001", "big", {"distributed.tp_size": 1, "distributed.sequence_parallel": False,
                         "hardware.gpus_per_node": 1}),

@@ -137,31 +137,41 @@ UNSTEPPABLE_OPTIMIZERS = {
 }
 
 
-def check_step_callables(cfg: RecipeConfig) -> None:
-    """The optimizer and loss the training step can call, refused here rather than as a traceback at the
-    first step: fused steps torch has for the strategy, first-order optimizers, a loss of the trainer's
-    signature ``loss_fn(model, input_ids, labels) -> (loss sum, label tokens)``, chunking without TP."""
-    optimizer, strategy = cfg.optimizer.target, cfg.distributed.strategy
+def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
+    """(key, why, fix) for each optimizer or loss setting the training step cannot call: fused steps
+    torch lacks for the strategy, optimizers that are not first-order, a loss outside the trainer's
+    signature ``loss_fn(model, input_ids, labels) -> (loss sum, label tokens)``, chunking under TP.
+    The pre-flight refuses the first; validate reports each (RA-E004)."""
+    problems = []
+    optimizer, strategy = cfg.optimizer.target or "", cfg.distributed.strategy
     if optimizer in UNSTEPPABLE_OPTIMIZERS:
-        raise ConfigError(f"optimizer._target_: {optimizer} cannot train here: {UNSTEPPABLE_OPTIMIZERS[optimizer]}; "
-                          "use a first-order optimizer such as torch.optim.AdamW")
+        problems.append(("optimizer._target_", f"{optimizer} cannot train here: {UNSTEPPABLE_OPTIMIZERS[optimizer]}",
+                         "use a first-order optimizer such as torch.optim.AdamW"))
     if cfg.optimizer.fused and optimizer.startswith("torch.optim.") and not fused_step_runs(optimizer, strategy):
         if "fused" in literal_defaults(optimizer):
             fix = "set optimizer.fused: false, or distributed.strategy: ddp"
         else:
             fix = (f"drop optimizer.fused ({optimizer} takes no such keyword): write the section without it, e.g. "
                    f"--optimizer \"{{_target_: {optimizer}, lr: {cfg.optimizer.lr}}}\"")
-        raise ConfigError(f"optimizer.fused: {optimizer} has no fused step for the sharded (DTensor) parameters of "
-                          f"strategy {strategy} (torch fuses only Adam and AdamW there); {fix}")
+        problems.append(("optimizer.fused", f"{optimizer} has no fused step for the sharded (DTensor) parameters "
+                         f"of strategy {strategy} (torch fuses only Adam and AdamW there)", fix))
     loss = cfg.loss_fn.target
     if loss is not None and not loss.startswith("trainer."):
-        raise ConfigError(f"loss_fn._target_: {loss} takes (input, target), and the training step calls "
-                          "loss_fn(model, input_ids, labels) for (loss sum, label tokens); remove the loss_fn section "
-                          "for trainer.loss.causal_lm_loss, or name a trainer.* loss of that signature")
+        problems.append(("loss_fn._target_", f"{loss} takes (input, target), and the training step calls "
+                         "loss_fn(model, input_ids, labels) for (loss sum, label tokens)",
+                         "remove the loss_fn section for trainer.loss.causal_lm_loss, or name a trainer.* loss of "
+                         "that signature"))
     if cfg.loss_fn.kwargs().get("chunked") is True and cfg.distributed.tp_size > 1:
-        raise ConfigError(f"loss_fn.chunked: true does not run with tensor parallel (tp_size {cfg.distributed.tp_size}: "
-                          "the LM head is split over the tp mesh); set loss_fn.chunked: auto or false, or "
-                          "distributed.tp_size: 1")
+        problems.append(("loss_fn.chunked", f"true does not run with tensor parallel (tp_size "
+                         f"{cfg.distributed.tp_size}: the LM head is split over the tp mesh)",
+                         "set loss_fn.chunked: auto or false, or distributed.tp_size: 1"))
+    return problems
+
+
+def check_step_callables(cfg: RecipeConfig) -> None:
+    """Refuse, before any worker starts, what would be a traceback at the first step."""
+    for key, why, fix in step_callable_problems(cfg)[:1]:
+        raise ConfigError(f"{key}: {why}; {fix}")
 
 
 def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:

@@ -3,14 +3,29 @@ whole model that cannot fit its weights on one GPU."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from service.facts import Facts
-from service.rules.registry import Violation, layout_rule
+from service.rules.registry import Violation, config_rule, layout_rule
 from service.rules.sizes import bundled
 from trainer.capabilities import CAPABILITIES, supports_precision
 
+if TYPE_CHECKING:  # pragma: no cover
+    from service.validate import ConfigView
+
 GIB = 1024**3
+
+
+@config_rule("RA-E004", "error", "optimizer", "the bundled trainer's step can call the optimizer and loss",
+             "trainer/launch.py step_callable_problems (the pre-flight refuses the same)")
+def step_callables(view: "ConfigView") -> Iterator[Violation]:
+    cfg = view.config
+    if cfg is None or cfg.distributed.strategy == "megatron":
+        return
+    from trainer.launch import step_callable_problems  # torch-free; the trainer's own check, not a copy
+
+    for key, why, fix in step_callable_problems(cfg):
+        yield Violation(f"{key}: {why}", fix, key=key)
 
 
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
