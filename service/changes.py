@@ -413,10 +413,14 @@ def diff(base: dict, new: dict) -> list[Change]:
     return changes
 
 
+# Keys whose value may name a model: the model itself, and a tokenizer taken from a model (its tokenizer.json).
+MODEL_NAMED_KEYS = ("model.pretrained_model_name_or_path", "dataset.tokenizer", "validation_dataset.tokenizer")
+
+
 def _same_model(key: str, a: Any, b: Any) -> bool:
     """Two names of one bundled model (``llama3-8b``, ``meta-llama/Meta-Llama-3-8B``): the planner, and the
     trainer where no local folder has that name, resolve both to the same card, config and weights."""
-    if key != "model.pretrained_model_name_or_path" or not (isinstance(a, str) and isinstance(b, str)):
+    if key not in MODEL_NAMED_KEYS or not (isinstance(a, str) and isinstance(b, str)):
         return False
     first, second = find_bundled_model(a), find_bundled_model(b)
     return first is not None and second is not None and first.id == second.id

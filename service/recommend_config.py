@@ -195,9 +195,11 @@ def _carry_schedule(config: dict, contract: dict, source: str, notes: list[str])
         notes.append(f"{' and '.join(carried)} from {source}")
 
 
-def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: list[str]) -> None:
+def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: list[str], *,
+                   epochs_given: bool = False) -> None:
     """What a stand-in recipe's bundled data does with the carried schedule, said (and, for mock data,
-    made to last it): the run ends at min(max_steps, num_epochs x steps per epoch)."""
+    made to last it unless ``epochs_given``: the user's num_epochs): the run ends at min(max_steps,
+    num_epochs x steps per epoch). Data of the user's own is not read and needs no note."""
     s = {key: _get(config, f"step_scheduler.{key}") for key in ("global_batch_size", "max_steps", "num_epochs")}
     gbs, max_steps, epochs = s["global_batch_size"], s["max_steps"], s["num_epochs"] or 1
     mbs, dp = row.layout.micro_batch_size, row.layout.dp(world_size)
@@ -207,19 +209,22 @@ def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: lis
             samples = gbs
             _set(config, "dataset.num_samples", samples)
         per_epoch = steps_per_epoch(samples, gbs, mbs, dp)
-        needed = -(-max_steps // per_epoch) if max_steps else epochs
+        needed = -(-max_steps // per_epoch) if max_steps and not epochs_given else epochs
         if needed > epochs:
             _set(config, "step_scheduler.num_epochs", needed)
         notes.append(f"the data is synthetic (trainer.data.MockDataset, {samples} samples"
                      + (f", repeated for {needed} epochs to last the {max_steps} steps" if needed > epochs else "")
-                     + "); for real data set dataset._target_: trainer.data.JsonlPretrainDataset with dataset.path "
-                     "(validation_dataset likewise) and num_epochs for your data")
+                     + "); for real data replace the section (its MockDataset keys do not carry over): --dataset "
+                     f"\"{{_target_: trainer.data.JsonlPretrainDataset, path: YOUR.jsonl, seq_length: "
+                     f"{_get(config, 'dataset.seq_length')}}}\" (validation_dataset likewise), and set num_epochs for it")
         return
     rows = _bundled_rows(_get(config, "dataset.path"))
+    if rows is None:  # the user's data
+        return
     short = ""
-    if rows is not None and rows < gbs:
+    if rows < gbs:
         short = f"; its {rows} rows are fewer than one global batch of {gbs}: the run starts only with your data"
-    elif rows is not None and max_steps:
+    elif max_steps:
         length = run_length(max_steps, epochs, steps_per_epoch(rows, gbs, mbs, dp))
         short = f"; its {rows} rows end the run after {length} of the {max_steps} steps" if length < max_steps else ""
     notes.append("the data is the bundled recipe's small sample: point dataset.path (and validation_dataset.path) "
@@ -287,8 +292,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:  # a stand-in recipe
         _carry_schedule(config, contract, _get(contract, "metadata.name") or "the model's library recipe", notes)
     apply_layout(config, row, request, engine)
-    if engine == "bundled" and contract and recipe is not None and recipe.model != card.id:
-        _stand_in_data(config, row, request.world_size, notes)
+    stand_in = engine == "bundled" and contract and recipe is not None and recipe.model != card.id
     name = _metadata(config, card, goal, engine, request, recipe, base)
     if engine == "bundled":
         _set(config, "checkpoint.checkpoint_dir", f"checkpoints/{name}")
@@ -309,4 +313,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         if moved:
             notes.append(f"your overrides change the layout ({', '.join(moved)}): the layout, memory and time "
                          "shown are the planner's choice before them; `recipe-advisor plan` estimates yours")
+    if stand_in:  # after the overrides: it describes (and sizes the epochs of) the data the config ends with
+        _stand_in_data(config, row, request.world_size, notes,
+                       epochs_given=_get(config, "step_scheduler.num_epochs") != _get(base, "step_scheduler.num_epochs"))
     return base, config

@@ -159,3 +159,29 @@ def test_a_hub_config_is_returned_not_dropped(monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda repo, name, **kw: str(path))
     config, weights = builder.resolve_config("tiny-org/some-model")
     assert config is not None and config.rope_type == "llama3" and weights is None
+
+
+def test_ra_d001_names_the_folder_of_a_config_json_model():
+    """Bug hunt s8c #6: the fix named the config.json itself as the tokenizer."""
+    config = {"model": {"pretrained_model_name_or_path": "/models/m/config.json", "load_weights": True},
+              "distributed": {"strategy": "fsdp2"}, "hardware": {"gpu_type": "h100", "gpus_per_node": 8},
+              "dataset": {"_target_": "trainer.data.JsonlSFTDataset", "path": "sft.jsonl", "seq_length": 64},
+              "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4}}
+    [finding] = _findings(yaml.safe_dump(config), "RA-D001")
+    assert "set dataset.tokenizer: /models/m (its tokenizer.json" in finding.fix
+
+
+def test_a_stand_in_describes_the_data_the_overrides_leave():
+    """Bug hunt s8c #5: the note and num_epochs were worked out before the overrides."""
+    longer = recommend("qwen3-600m", 2, "cpu", engine="bundled", overrides=["--step_scheduler.max_steps", "900000"])
+    assert any("to last the 900000 steps" in n for n in longer.notes)
+    assert _findings(longer.config_yaml, "RA-D002") == []
+    own = recommend("qwen3-600m", 2, "cpu", engine="bundled", overrides=[
+        "--dataset", "{_target_: trainer.data.JsonlPretrainDataset, path: my.jsonl, seq_length: 4096}"])
+    assert not [n for n in own.notes if "synthetic" in n or "small sample" in n]
+
+
+def test_diff_reads_two_names_of_one_models_tokenizer_as_the_same():
+    from service.changes import diff
+
+    assert diff({"dataset": {"tokenizer": "qwen25-7b"}}, {"dataset": {"tokenizer": "Qwen/Qwen2.5-7B"}}) == []

@@ -107,3 +107,11 @@ def test_the_checkpoint_just_published_survives_a_clock_set_back(tmp_path):
     _age(older, -3600)  # recorded an hour in the future: another node's clock, or one set back since
     newest = _publish(folder, 12)
     assert newest.is_dir() and find_latest(tmp_path) == newest and not older.exists()
+
+
+@pytest.mark.parametrize("spelling", ["torch.optim.lbfgs.LBFGS", "torch.optim.sparse_adam.SparseAdam"])
+def test_an_optimizer_spelt_by_its_module_is_judged_as_the_same_class(tmp_path, spelling):
+    """Bug hunt s8c #1/#2: the checks compared the target's text."""
+    with pytest.raises(ConfigError, match=rf"^optimizer\._target_: {spelling} cannot train here"):
+        preflight(_config(tmp_path, optimizer={"_target_": spelling, "lr": 0.1}), 2)
+    preflight(_config(tmp_path, optimizer={"_target_": "torch.optim.adamw.AdamW", "lr": 0.001, "fused": True}), 2)

@@ -32,11 +32,20 @@ FUSED_OPTIMIZERS = ("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD", 
 DTENSOR_FUSED_OPTIMIZERS = ("torch.optim.AdamW", "torch.optim.Adam")
 
 
+def optimizer_name(target: Optional[str]) -> Optional[str]:
+    """``torch.optim.X`` for a torch optimizer however its module is spelt (``torch.optim.adamw.AdamW``
+    is the same class as ``torch.optim.AdamW``); any other target unchanged."""
+    if isinstance(target, str) and target.startswith("torch.optim.") and target.count(".") > 2:
+        return "torch.optim." + target.rpartition(".")[2]
+    return target
+
+
 def fused_step_runs(optimizer_target: Optional[str], strategy: str) -> bool:
     """Whether torch's fused step of ``optimizer_target`` runs under ``distributed.strategy``."""
+    name = optimizer_name(optimizer_target)
     if strategy == "fsdp2":
-        return optimizer_target in DTENSOR_FUSED_OPTIMIZERS
-    return optimizer_target in FUSED_OPTIMIZERS
+        return name in DTENSOR_FUSED_OPTIMIZERS
+    return name in FUSED_OPTIMIZERS
 # `loss_fn._target_` values that take `chunked` / `chunk_size` (None: the trainer's default loss).
 TRAINER_LOSSES = (None, "trainer.loss.causal_lm_loss")
 # Steps from which compiling the blocks pays off on CPU: ~0.2 s saved per step of the benchmark

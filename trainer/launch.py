@@ -20,7 +20,7 @@ from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
-from trainer.fast_paths import fused_step_runs
+from trainer.fast_paths import fused_step_runs, optimizer_name
 from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.source_reader import literal_defaults
@@ -144,8 +144,9 @@ def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
     The pre-flight refuses the first; validate reports each (RA-E004)."""
     problems = []
     optimizer, strategy = cfg.optimizer.target or "", cfg.distributed.strategy
-    if optimizer in UNSTEPPABLE_OPTIMIZERS:
-        problems.append(("optimizer._target_", f"{optimizer} cannot train here: {UNSTEPPABLE_OPTIMIZERS[optimizer]}",
+    if optimizer_name(optimizer) in UNSTEPPABLE_OPTIMIZERS:
+        why = UNSTEPPABLE_OPTIMIZERS[optimizer_name(optimizer)]
+        problems.append(("optimizer._target_", f"{optimizer} cannot train here: {why}",
                          "use a first-order optimizer such as torch.optim.AdamW"))
     if cfg.optimizer.fused and optimizer.startswith("torch.optim.") and not fused_step_runs(optimizer, strategy):
         if "fused" in literal_defaults(optimizer):

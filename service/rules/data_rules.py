@@ -7,6 +7,7 @@ count, whose default is read from the trainer's source like any `_target_` signa
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from service.rules.registry import Violation, config_rule
@@ -28,6 +29,8 @@ def weights_use_their_tokenizer(view: "ConfigView") -> Iterator[Violation]:
     if cfg is None or cfg.model.kwargs().get("load_weights") is not True:
         return
     model = cfg.model.pretrained_model_name_or_path or "the model"
+    if model.endswith(".json"):  # a config.json path: its tokenizer.json lies in the same folder
+        model = str(PurePosixPath(model).parent)
     for name in DATA_SECTIONS:
         section = getattr(cfg, name)
         if section is None or not str(section.target or "").startswith(TOKENIZING_DATASETS):
