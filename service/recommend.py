@@ -109,6 +109,10 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
         return base
     notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, "
                  f"{card.id}'s library recipe")
+    if library.mode != goal:  # the index has no library recipe of this goal for the model
+        notes.append(f"{library.name} is a {library.mode} recipe (the index has no {goal} recipe for {card.id}): "
+                     f"its LR, steps, warmup and global batch are {library.mode} values; check them for {goal} "
+                     "(override --optimizer.lr, --step_scheduler.max_steps, --global-batch-size)")
     return base_config(library)
 
 

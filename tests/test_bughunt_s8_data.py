@@ -185,3 +185,12 @@ def test_diff_reads_two_names_of_one_models_tokenizer_as_the_same():
     from service.changes import diff
 
     assert diff({"dataset": {"tokenizer": "qwen25-7b"}}, {"dataset": {"tokenizer": "Qwen/Qwen2.5-7B"}}) == []
+
+
+def test_a_fine_tune_whose_contract_is_a_pretraining_recipe_says_so():
+    """Bug hunt s8c #4: llama2-7b has only a pretraining library recipe; its values carried silently."""
+    rec = recommend("llama2-7b", 8, "h100", engine="bundled", goal="sft")
+    assert any(n.startswith("llama2_7b_pretrain") and "is a pretrain recipe (the index has no sft recipe for "
+               "llama2-7b): its LR, steps, warmup and global batch are pretrain values" in n for n in rec.notes)
+    same_goal = recommend("qwen25-7b", 8, "h100", engine="bundled", goal="sft")  # a library SFT recipe exists
+    assert not [n for n in same_goal.notes if "is a pretrain recipe" in n]
