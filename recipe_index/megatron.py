@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownHardwareError
 from recipe_index.hardware import get_hardware
-from recipe_index.models import find_bundled_model
+from recipe_index.models import REPO_ID, find_bundled_model
 
 BRIDGE_COMMIT = "067f987"
 ModelResolver = Callable[[str], Optional[ModelCard]]
@@ -45,7 +45,6 @@ LORA_TARGETS = {
 LORA_DEFAULT_RANK, LORA_DEFAULT_ALPHA = 32, 32
 
 _GPUS_IN_NAME = re.compile(r"_(\d+)gpu_([a-z0-9]+)_")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 def short_name(record: dict[str, Any]) -> str:
@@ -169,7 +168,7 @@ def _pretrained_name(record: dict[str, Any], card: Optional[ModelCard]) -> str:
     if card is not None and card.hf_id:
         return card.hf_id
     for key in (record.get("hf_model_id"), record.get("model_key")):
-        if key and _REPO_ID.match(key):
+        if key and REPO_ID.match(key):
             return key
     return card.id if card is not None else record["model"]
 

@@ -23,7 +23,7 @@ from recipe_index.cards import ModelCard
 from recipe_index.errors import ModelConfigError, UnknownModelError, closest_names
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")  # a Hugging Face repo id: org/name
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config.json is a few KiB; refuse anything absurd
 
 
@@ -194,6 +194,6 @@ def resolve_model(name_or_path: str) -> ModelCard:
     if local is not None:
         folder = local.parent
         return card_from_config(_read_config(local), str(local), source=str(local), hf_id=str(folder))
-    if _REPO_ID.match(name):
+    if REPO_ID.match(name):
         return _from_hub(name)
     raise UnknownModelError(name, model_suggestions(name), reason="not a bundled id, a local path or a repo id")

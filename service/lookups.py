@@ -10,15 +10,13 @@ bundled id or alias, and a Hub repo id only when the operator opts in with
 from __future__ import annotations
 
 import os
-import re
 
 from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.errors import UnknownModelError
 from recipe_index.hardware import get_hardware
-from recipe_index.models import find_bundled_model, model_suggestions, resolve_model
+from recipe_index.models import REPO_ID, find_bundled_model, model_suggestions, resolve_model
 
 ALLOW_HUB_ENV = "RECIPE_ADVISOR_ALLOW_HUB"
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 def hub_allowed() -> bool:
@@ -30,7 +28,7 @@ def lookup_model(name: str) -> ModelCard:
     card = find_bundled_model(name)
     if card is not None:
         return card
-    if hub_allowed() and _REPO_ID.match(name.strip()) and ".." not in name:
+    if hub_allowed() and REPO_ID.match(name.strip()) and ".." not in name:
         return resolve_model(name.strip())
     raise UnknownModelError(
         name,

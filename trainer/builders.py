@@ -22,6 +22,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from recipe_index.models import REPO_ID, find_bundled_model, hub_offline
 from trainer.overrides import ConfigError, FieldError
 
 ALLOWED_TARGET_PREFIXES: tuple[str, ...] = ("torch.optim.", "torch.nn.", "trainer.")
@@ -182,14 +183,6 @@ def resolve_data_path(path: Any, field: str = "path") -> Path:
                             "fix the path or create the file")
 
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE read at call time (huggingface_hub reads it once, at import)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool = True) -> Optional[Path]:
     """The ``tokenizer.json`` a tokenizer setting names: the file, a folder holding one, or a model (a
     bundled id or alias with published weights, or a Hugging Face repo id) whose tokenizer is read from
@@ -213,16 +206,11 @@ def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool =
 
 def _model_repo(spec: str) -> Optional[str]:
     """The Hugging Face repo whose tokenizer a model name means, or None when ``spec`` names no model."""
-    try:
-        from recipe_index import find_bundled_model
-    except ImportError:  # the trainer without the recipe index: repo ids only
-        card = None
-    else:
-        card = find_bundled_model(spec)
+    card = find_bundled_model(spec)
     if card is not None:
         return card.hf_id or None
     looks_like_a_file = spec.endswith(".json") or spec.startswith((".", "/", "~"))
-    return spec if _REPO_ID.match(spec) and not looks_like_a_file else None
+    return spec if REPO_ID.match(spec) and not looks_like_a_file else None
 
 
 def _hub_tokenizer(repo: str, spec: str, field: str) -> Path:

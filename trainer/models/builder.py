@@ -24,7 +24,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from trainer.builders import hub_offline
+from recipe_index.models import hub_offline
 from trainer.hf_io import SafetensorsReader, WeightsNotFoundError, has_hf_weights
 from trainer.models.config import DecoderConfig, ModelConfigError
 from trainer.models.decoder import CausalLM
