@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service import constants as C
 from service.planner import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LENGTH
+from trainer.config import MIN_SEQ_LENGTH
 
 GOAL = Literal["pretrain", "sft", "peft"]
 ENGINE = Literal["bundled", "megatron"]
@@ -107,7 +108,7 @@ class PlanBody(_Request):
     goal: GOAL = Field(default="pretrain", description="pretrain, sft (full fine-tune) or peft (LoRA).", examples=["pretrain"])
     seq_length: Optional[int] = Field(
         default=None,
-        ge=1,
+        ge=MIN_SEQ_LENGTH,
         le=MAX_SEQ_LENGTH,
         description="Tokens per sequence; default: the recipe's, that is the base recipe `recommend` picks for "
         "this model, goal and hardware (llama3-8b pretrain: 8192). Only where the index has no recipe: "

@@ -28,10 +28,11 @@ from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
-from service.rules.layout import megatron_fsdp_with_pp, megatron_split
+from service.rules.layout import megatron_fsdp_with_pp, megatron_split, sequence_parallel_splits
 from service.rules.sizes import divisors
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
+from trainer.config import MIN_SEQ_LENGTH
 from trainer.capabilities import CAPABILITIES
 
 ENGINES = ("megatron", "bundled")
@@ -112,8 +113,10 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                         fix=f"use one of {', '.join(GRAD_REDUCE_DTYPES)}")
     for name, value in (("gpus", gpus), ("nodes", nodes), ("seq_length", seq_length),
                         ("global_batch_size", global_batch_size)):
-        if value is not None and value < 1:
-            raise PlanError(f"{name} must be at least 1, got {value}", field=name, fix="use a value of at least 1")
+        least = MIN_SEQ_LENGTH if name == "seq_length" else 1
+        if value is not None and value < least:
+            raise PlanError(f"{name} must be at least {least}, got {value}", field=name,
+                            fix=f"use a value of at least {least}")
     hardware = get_hardware(gpu_type)
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
@@ -331,7 +334,8 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
                     if world % (pp * ep * etp):
                         continue
                     for vp in vps:
-                        yield Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, sp=use_sp and tp > 1)
+                        yield Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp,
+                                     sp=use_sp and tp > 1 and sequence_parallel_splits(seq, tp, cp))
 
 
 def _splits(layers: int, pp: int, vp: int) -> bool:

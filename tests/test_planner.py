@@ -225,12 +225,13 @@ def test_cli_plan_without_a_precision_reports_the_rule_not_a_missing_precision(c
     assert "RA-E002" in captured.out and "MoE" in captured.out and ", bf16," in captured.out
 
 
-@pytest.mark.parametrize("flag, field", [("--seq-length", "seq_length"), ("--global-batch-size", "global_batch_size")])
+@pytest.mark.parametrize("flag, field, least", [("--seq-length", "seq_length", 2),
+                                                ("--global-batch-size", "global_batch_size", 1)])
 @pytest.mark.parametrize("command", ["plan", "recommend"])
-def test_cli_zero_is_rejected_like_a_negative_value(capsys, command, flag, field):
+def test_cli_zero_is_rejected_like_a_negative_value(capsys, command, flag, field, least):
     assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", flag, "0"]) == 2
     err = capsys.readouterr().err
-    assert f"error: {flag}: {field} must be at least 1, got 0" in err
+    assert f"error: {flag}: {field} must be at least {least}, got 0" in err
 
 
 @pytest.mark.parametrize("gpus, nodes, fix", [(12, None, "multiple of 8 (8 or 16)"), (16, 2, "the total (32)")])

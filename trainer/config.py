@@ -25,6 +25,8 @@ STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 MODES = ("pretrain", "sft", "peft")
+# A causal LM learns to predict the next token: a sequence holds at least one input and one label.
+MIN_SEQ_LENGTH = 2
 
 
 # Integer settings are strict (Field(strict=True)): `tp_size: true` or `2.0` is a typo, not 1 or 2.
@@ -100,7 +102,7 @@ def _without_torch_prefix(value: Any) -> Any:
 class ModelSection(_Target):
     pretrained_model_name_or_path: Optional[str] = None
     # Megatron keeps a model-side sequence length; the runner syncs it to dataset.seq_length.
-    seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
+    seq_length: Optional[int] = Field(strict=True, default=None, ge=MIN_SEQ_LENGTH)
     # The settings the trainer itself reads before any builder runs, typed so that validate refuses
     # what its workers would (trainer/model_settings.py; None: absent, the default applies). Keys a
     # builder reads (attn_implementation, load_weights) stay its kwargs: a custom `_target_` may differ.
@@ -147,7 +149,7 @@ class DistributedSection(_Plain):
 
 
 class DatasetSection(_Target):
-    seq_length: Optional[int] = Field(strict=True, default=None, ge=1)
+    seq_length: Optional[int] = Field(strict=True, default=None, ge=MIN_SEQ_LENGTH)
 
 
 class DataloaderSection(_Plain):

@@ -72,10 +72,33 @@ def sp_needs_tp(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-L005", "info", "distributed.sequence_parallel", "SP on whenever TP > 1",
              "seed resizing rule 5: SP is essentially free with TP")
 def sp_with_tp(f: Facts) -> Optional[Violation]:
-    if f.layout.tp > 1 and not f.layout.sp and f.layout.ep == 1:
+    lay, seq = f.layout, f.seq_length
+    splits = seq is None or sequence_parallel_splits(seq, lay.tp, lay.cp)  # else RA-L018 refuses SP
+    if lay.tp > 1 and not lay.sp and lay.ep == 1 and splits:
         return Violation(f"tp_size={f.layout.tp} without sequence_parallel keeps redundant activation copies",
                          "set distributed.sequence_parallel: true")
     return None
+
+
+def sequence_parallel_splits(seq: int, tp: int, cp: int) -> bool:
+    """Whether sequence parallelism can split this sequence: CP leaves each rank 1/CP of it, and SP
+    scatters that share evenly over the TP ranks."""
+    return tp == 1 or seq % (tp * cp) == 0
+
+
+@layout_rule("RA-L018", "error", "dataset.seq_length", "SP splits the sequence over TP",
+             "mcore scatter_to_sequence_parallel_region splits dim 0 evenly over TP; Bridge 3d: "
+             "seq divisible by lcm(2*CP, TP*CP) when SP")
+def sequence_parallel_divides_sequence(f: Facts) -> Optional[Violation]:
+    lay, seq = f.layout, f.seq_length
+    if not lay.sp or seq is None or sequence_parallel_splits(seq, lay.tp, lay.cp):
+        return None
+    chunk = lcm(2 * lay.cp, lay.tp * lay.cp) if lay.cp > 1 else lay.tp  # RA-L014's 2*CP as well
+    ranks = f"tp_size={lay.tp}" + (f" x cp_size={lay.cp}" if lay.cp > 1 else "")
+    return Violation(f"seq_length={seq} is not divisible by {lay.tp * lay.cp}: sequence parallelism splits "
+                     f"each sequence evenly over the {ranks} ranks",
+                     f"use a seq_length that is a multiple of {chunk} (e.g. {max(chunk, seq // chunk * chunk)}), "
+                     "or set distributed.sequence_parallel: false")
 
 
 @layout_rule("RA-L006", "error", "distributed.tp_size", "world divisible by TP*PP*CP",
@@ -155,11 +178,14 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
 @layout_rule("RA-L012", "warning", "distributed.sequence_parallel", "EP with TP needs SP",
              "mcore model_parallel_config: EP > 1 and TP > 1 with SP off warns (3a)")
 def ep_tp_needs_sp(f: Facts) -> Optional[Violation]:
-    lay = f.layout
-    if lay.ep > 1 and lay.tp > 1 and not lay.sp:
-        return Violation(f"ep_size={lay.ep} and tp_size={lay.tp} without sequence_parallel: Megatron-Core warns "
-                         "that SP must be used with expert parallelism and TP", "set distributed.sequence_parallel: true")
-    return None
+    lay, seq = f.layout, f.seq_length
+    if lay.ep == 1 or lay.tp == 1 or lay.sp:
+        return None
+    fix = "set distributed.sequence_parallel: true"
+    if seq is not None and not sequence_parallel_splits(seq, lay.tp, lay.cp):
+        fix += f" with a seq_length that is a multiple of {lay.tp * lay.cp} (RA-L018), or set tp_size: 1"
+    return Violation(f"ep_size={lay.ep} and tp_size={lay.tp} without sequence_parallel: Megatron-Core warns "
+                     "that SP must be used with expert parallelism and TP", fix)
 
 
 @layout_rule("RA-L013", "info", "distributed.vp_size", "PP without VP has a large bubble",
