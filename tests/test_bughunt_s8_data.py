@@ -94,6 +94,25 @@ def test_fine_tuning_published_weights_uses_their_tokenizer():
     assert _findings(recommend("tiny-llama", 2, "cpu", engine="bundled", goal="sft").config_yaml, "RA-D001") == []
 
 
+@pytest.mark.parametrize("tokenizer, flagged", [
+    ("meta-llama/Meta-Llama-3-8B", True),   # 128,256 ids for a 152,064-row embedding
+    ("llama2-7b", True),
+    ("qwen25-500m", False),                 # the same tokenizer, its embedding padded to 151,936 rows
+    ("Qwen/Qwen2.5-7B", False),
+    ("some-org/unbundled-model", False),    # not a bundled card: validate reads no files to judge it
+])
+def test_another_models_tokenizer_is_flagged_when_its_vocabulary_differs(tokenizer, flagged):
+    """Bug hunt s8c #7: RA-D001 looked only for the byte tokenizer."""
+    config = yaml.safe_load(recommend("qwen25-7b", 8, "h100", engine="bundled", goal="sft").config_yaml)
+    config["dataset"]["tokenizer"] = tokenizer
+    found = _findings(yaml.safe_dump(config), "RA-D001")
+    assert bool(found) is flagged
+    if flagged:
+        [finding] = found
+        assert finding.key == "dataset.tokenizer" and "152,064 rows" in finding.message
+        assert finding.fix == "set dataset.tokenizer: qwen25-7b"
+
+
 def test_a_stand_in_pretrain_repeats_its_mock_data_to_last_the_library_schedule():
     rec = recommend("llama3-8b", 8, "h100", nodes=2, engine="bundled")
     s, lay = rec.config["step_scheduler"], rec.best.layout

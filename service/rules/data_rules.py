@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from recipe_index import find_bundled_model
 from service.rules.registry import Violation, config_rule
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import run_length, steps_per_epoch
@@ -35,12 +36,37 @@ def weights_use_their_tokenizer(view: "ConfigView") -> Iterator[Violation]:
         section = getattr(cfg, name)
         if section is None or not str(section.target or "").startswith(TOKENIZING_DATASETS):
             continue
-        if section.kwargs().get("tokenizer", "byte") in (None, "byte"):
+        tokenizer = section.kwargs().get("tokenizer", "byte")
+        if tokenizer in (None, "byte"):
             yield Violation(
                 f"{name}.tokenizer is the byte tokenizer while model.load_weights loads {model}'s weights: their "
                 "token ids mean other tokens to the model, so the run trains on garbage (the loss still falls)",
                 f"set {name}.tokenizer: {model} (its tokenizer.json, read from the same place as the weights) or "
                 "a path to the model's tokenizer.json", key=f"{name}.tokenizer")
+        elif (other := _other_models_tokenizer(model, tokenizer)) is not None:
+            yield Violation(
+                f"{name}.tokenizer is {other}, while model.load_weights loads {model}'s weights: the "
+                "token ids of one vocabulary mean other tokens to the other model (the loss still falls)",
+                f"set {name}.tokenizer: {model}", key=f"{name}.tokenizer")
+
+
+# Checkpoints of one tokenizer pad the embedding to different sizes (Qwen2.5 0.5B 151,936 rows, 7B
+# 152,064: 0.08 %); different tokenizers differ by far more (Llama 3 128,256, Qwen 152,064, Llama 2 32,000).
+SAME_VOCABULARY_TOLERANCE = 0.01
+
+
+def _other_models_tokenizer(model: str, tokenizer) -> Optional[str]:
+    """How to name ``tokenizer`` when it is a bundled model's whose vocabulary is not the weights'
+    bundled model's, else None. Bundled cards only: validate reads no files and no network."""
+    if not isinstance(tokenizer, str):
+        return None
+    weights, words = find_bundled_model(model), find_bundled_model(tokenizer)
+    if weights is None or words is None or weights.id == words.id or not weights.vocab_size or not words.vocab_size:
+        return None
+    if abs(weights.vocab_size - words.vocab_size) <= SAME_VOCABULARY_TOLERANCE * weights.vocab_size:
+        return None
+    return (f"{words.id}'s tokenizer ({words.vocab_size:,} token ids; the weights' embedding has "
+            f"{weights.vocab_size:,} rows)")
 
 
 def _mock_samples(view: "ConfigView") -> Optional[int]:
