@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -149,9 +149,28 @@ def overrides_argv(overrides: dict[str, Any]) -> list[str]:
     return argv
 
 
+def nested_override(keys) -> Optional[tuple[str, str]]:
+    """Two override keys one of which lies inside the other (``dataset`` and ``dataset.seq_length``),
+    or None. A JSON object's key order is not part of JSON, and some clients reorder keys; so which
+    of the two would win cannot be left to it (the CLI applies its arguments in order)."""
+    given = set(keys)
+    for inner in sorted(given):
+        parts = inner.split(".")
+        for outer in (".".join(parts[:i]) for i in range(1, len(parts))):
+            if outer in given:
+                return outer, inner
+    return None
+
+
 def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendation:
     """`recipe-advisor recommend` for API fields (names already checked by `request_key`)."""
     overrides = {key: json.loads(text) for key, text in values.get("overrides") or ()}
+    pair = nested_override(overrides)
+    if pair is not None:
+        outer, inner = pair
+        raise client_error(400, f"overrides set both {outer!r} and {inner!r}, which lies inside it: a JSON object's "
+                                "key order is not kept by every client, so which one wins would be left to chance; "
+                                f"give {inner!r} inside the {outer!r} value, or only one of the two", "overrides")
     try:
         rec = recommend(
             lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],
