@@ -56,6 +56,8 @@ class ConfigView:
     model_unknown: bool = False
     hardware_error: Optional[str] = None
     gpus_flag: Optional[int] = None  # --gpus as given: the GPUs per node were read from it, not the file
+    gpus_read_as_total: bool = False  # --gpus filled whole nodes and replaced the file's num_nodes
+    nodes_flag: Optional[int] = None
 
 
 @dataclass
@@ -212,6 +214,7 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
         gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
         if nodes is None and gpn == gpus:  # read per node (not as a total): the file's node count stands
             n = cfg.hardware.num_nodes
+        view.gpus_read_as_total, view.nodes_flag = nodes is None and gpn != gpus, nodes
     else:
         gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes
     view.facts = facts_from_config(cfg, model, hardware, gpn, n)

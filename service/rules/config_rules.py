@@ -255,6 +255,27 @@ def lr_schedule_sensible(view: "ConfigView") -> Iterator[Violation]:
                         key="lr_scheduler.warmup_steps")
 
 
+@config_rule("RA-C014", "info", "hardware", "how --gpus was read",
+             "README: --gpus is GPUs per node, unless it fills whole nodes beyond one (then the total)")
+def gpus_flag_reading(view: "ConfigView") -> Optional[Violation]:
+    """Say which reading of --gpus was judged where the two differ: one count above the node size is
+    the total, one within it is per node on the file's nodes (``--gpus 8`` on a 4-node file is 32)."""
+    facts, flag = view.facts, view.gpus_flag
+    if flag is None or view.nodes_flag is not None or facts is None or view.config is None or not facts.gpus_per_node:
+        return None  # with --nodes there is one reading
+    gpn = facts.gpus_per_node
+    nodes = facts.world_size // gpn
+    if view.gpus_read_as_total:
+        reading, exact = f"the total: {nodes} nodes of {gpn}", f"--gpus {gpn} --nodes {nodes}"
+    elif nodes > 1:
+        reading = f"GPUs per node, on the file's {nodes} nodes"
+        exact = f"--gpus {flag} --nodes {nodes}, or --gpus {flag} --nodes 1 for {flag} in all"
+    else:
+        return None
+    return Violation(f"judged on {facts.world_size} GPUs: --gpus {flag} was read as {reading}",
+                     f"say it exactly with --nodes: {exact}")
+
+
 def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
     if isinstance(node, dict):
         target = node.get("_target_")
