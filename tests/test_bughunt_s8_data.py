@@ -64,16 +64,35 @@ def test_a_tokenizer_may_name_a_model_whose_tokenizer_is_in_the_hub_cache(hub_ca
         load_tokenizer("no-such-tokenizer.json")
 
 
-def test_the_launch_preflight_leaves_a_model_tokenizer_to_the_workers_as_its_weights(tmp_path):
-    def config(tokenizer: str) -> dict:
-        data = yaml.safe_load(write_config(tmp_path / tokenizer.replace("/", "_")).read_text())
-        data["dataset"] = {"_target_": "trainer.data.JsonlSFTDataset", "seq_length": 8, "tokenizer": tokenizer,
-                           "path": "recipe_index/data/tiny_sft.jsonl"}
-        return data
+def _tokenizer_config(tmp_path, tokenizer: str) -> dict:
+    data = yaml.safe_load(write_config(tmp_path / tokenizer.replace("/", "_")).read_text())
+    data["dataset"] = {"_target_": "trainer.data.JsonlSFTDataset", "seq_length": 8, "tokenizer": tokenizer,
+                       "path": "recipe_index/data/tiny_sft.jsonl"}
+    return data
 
-    preflight(parse_config(config("tiny-org/not-cached-here")), 2)  # no hub access before launch
+
+def test_the_launch_preflight_leaves_a_model_tokenizer_to_the_workers_when_online(tmp_path, monkeypatch):
+    import huggingface_hub
+    import huggingface_hub.constants as hub_constants
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("the pre-flight must not download")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_download)
+    preflight(parse_config(_tokenizer_config(tmp_path, "tiny-org/not-cached-here")), 2)  # the workers fetch it
     with pytest.raises(ConfigError, match=r"^dataset\.tokenizer: file 'missing/tokenizer\.json' not found"):
-        preflight(parse_config(config("missing/tokenizer.json")), 2)  # a path: checked as before
+        preflight(parse_config(_tokenizer_config(tmp_path, "missing/tokenizer.json")), 2)  # a path: checked as before
+
+
+def test_the_launch_preflight_asks_the_offline_cache_for_a_model_tokenizer(tmp_path, hub_cache):
+    """Review s8 #4: offline, a repo-like name that is neither a path nor cached fails in the workers, so
+    `--dry-run` refuses it; a cached one passes."""
+    with pytest.raises(ConfigError, match=r"^dataset\.tokenizer: 'tokenizers/llama' is no file or folder here, "
+                                          r"and tokenizers/llama's tokenizer.json is not in the Hugging Face cache"):
+        preflight(parse_config(_tokenizer_config(tmp_path, "tokenizers/llama")), 2)
+    preflight(parse_config(_tokenizer_config(tmp_path, REPO)), 2)
 
 
 def _findings(text: str, code: str) -> list:
