@@ -21,13 +21,12 @@ from service.changes import diff, effective
 from service.launch_commands import DATASET_PRESET
 from service.planner import PlannedLayout, explicit_layouts, needs_explicit_layout
 from service.request_overrides import COUNT_KEYS, REQUEST_KEYS
-from service.rules.data_rules import MOCK_DATASET, TOKENIZING_DATASETS
+from service.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
 from service.yamlio import OverrideError, apply_overrides, load_yaml
 from trainer.dotted import NotASection, get_dotted as _get, set_dotted
 from trainer.builders import PROJECT_ROOT
 from trainer.fast_paths import default_fast_paths
 from trainer.model_checks import SINGLE_FILE, has_hf_weights
-from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import run_length, steps_per_epoch
 
 # LoRA defaults added when a PEFT request falls back to a non-PEFT recipe.
@@ -203,8 +202,9 @@ def _stand_in_data(config: dict, row: PlannedLayout, world_size: int, notes: lis
     s = {key: _get(config, f"step_scheduler.{key}") for key in ("global_batch_size", "max_steps", "num_epochs")}
     gbs, max_steps, epochs = s["global_batch_size"], s["max_steps"], s["num_epochs"] or 1
     mbs, dp = row.layout.micro_batch_size, row.layout.dp(world_size)
-    if _get(config, "dataset._target_") == MOCK_DATASET:
-        samples = _get(config, "dataset.num_samples") or literal_defaults(MOCK_DATASET).get("num_samples")
+    dataset = _get(config, "dataset") or {}
+    samples = mock_sample_count(dataset.get("_target_"), dataset)
+    if samples is not None:
         if steps_per_epoch(samples, gbs, mbs, dp) == 0:
             samples = gbs
             _set(config, "dataset.num_samples", samples)

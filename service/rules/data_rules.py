@@ -69,13 +69,18 @@ def _other_models_tokenizer(model: str, tokenizer) -> Optional[str]:
             f"{weights.vocab_size:,} rows)")
 
 
-def _mock_samples(view: "ConfigView") -> Optional[int]:
-    """The training MockDataset's sample count, or None when the data is not a MockDataset."""
-    section = view.config.dataset
-    if section.target != MOCK_DATASET:
+def mock_sample_count(target, kwargs: dict) -> Optional[int]:
+    """The samples of a data section that builds the trainer's MockDataset (its own ``num_samples`` or the
+    class default, read from the trainer's source), or None for other data or an unusable count."""
+    if target != MOCK_DATASET:
         return None
-    samples = section.kwargs().get("num_samples", literal_defaults(MOCK_DATASET).get("num_samples"))
+    samples = kwargs.get("num_samples", literal_defaults(MOCK_DATASET).get("num_samples"))
     return samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
+
+
+def _mock_samples(view: "ConfigView") -> Optional[int]:
+    section = view.config.dataset
+    return mock_sample_count(section.target, section.kwargs())
 
 
 def _mock_steps_per_epoch(view: "ConfigView") -> Optional[int]:
