@@ -138,6 +138,8 @@ class ModelSummary(_Response):
     architecture: str = Field(description="dense, moe, mla-moe, hybrid or hybrid-moe.", examples=["dense"])
     num_hidden_layers: int = Field(description="Decoder layers.", examples=[32])
     hidden_size: int = Field(description="Hidden size.", examples=[4096])
+    num_attention_heads: int = Field(description="Attention heads.", examples=[32])
+    num_key_value_heads: int = Field(description="KV heads (TP must divide them).", examples=[8])
     num_experts: int = Field(description="Routed experts (0 = dense).", examples=[0])
     published_total_params: Optional[str] = Field(default=None, description="Published parameter count.", examples=["8B"])
 
@@ -152,8 +154,6 @@ class ModelDetail(ModelSummary):
     model_config = ConfigDict(extra="allow", protected_namespaces=())
 
     model_type: Optional[str] = Field(default=None, description="HF `model_type`.", examples=["llama"])
-    num_attention_heads: int = Field(description="Attention heads.", examples=[32])
-    num_key_value_heads: int = Field(description="KV heads (TP must divide them).", examples=[8])
     head_dim: int = Field(description="Per-head dimension.", examples=[128])
     intermediate_size: int = Field(description="Dense FFN size.", examples=[14336])
     vocab_size: int = Field(description="Vocabulary size.", examples=[128256])

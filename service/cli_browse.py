@@ -30,20 +30,28 @@ def add_parser(subparsers, name: str) -> None:
 
 
 def _rows(listing: str, args) -> list[dict]:
+    """The listing as GET /v1/{listing} answers it: one set of keys for the CLI's JSON and the API's."""
     import recipe_index as index
+    from service.api_responses import HardwareOut, ModelSummary
 
     if listing == "models":
-        cards = index.list_models(family=args.family)
-        return [{"id": m.id, "hf_id": m.hf_id, "family": m.family, "architecture": m.architecture,
-                 "layers": m.num_hidden_layers, "hidden": m.hidden_size, "heads": m.num_attention_heads,
-                 "kv_heads": m.num_key_value_heads, "experts": m.num_experts} for m in cards]
+        return [ModelSummary.from_card(card).model_dump(mode="json") for card in index.list_models(family=args.family)]
     if listing == "hardware":
-        return [{"name": h.name, "memory_gib": h.memory_gib, "bf16_tflops": h.bf16_tflops,
-                 "fp8_tflops": h.fp8_tflops, "fp4_tflops": h.fp4_tflops, "nvlink_domain": h.nvlink_domain,
-                 "gpus_per_node": h.gpus_per_node} for h in index.list_hardware()]
+        return [HardwareOut.model_validate(card.model_dump()).model_dump(mode="json") for card in index.list_hardware()]
     entries = index.list_recipes(family=args.family, mode=args.mode, hardware=args.hardware,
                                  num_gpus=args.num_gpus, kind=args.kind)
     return [{k: v for k, v in e.model_dump(mode="json").items() if k != "path"} for e in entries]
+
+
+# The text table's columns (header: key); the JSON has every key of the API's listing.
+TEXT_COLUMNS = {
+    "models": {"id": "id", "hf_id": "hf_id", "family": "family", "architecture": "architecture",
+               "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+               "kv_heads": "num_key_value_heads", "experts": "num_experts",
+               "params": "published_total_params"},
+    "hardware": {"name": "name", "memory_gib": "memory_gib", "bf16_tflops": "bf16_tflops", "fp8_tflops": "fp8_tflops",
+                 "fp4_tflops": "fp4_tflops", "nvlink_domain": "nvlink_domain", "gpus_per_node": "gpus_per_node"},
+}
 
 
 def run(args) -> int:
@@ -63,9 +71,10 @@ def run(args) -> int:
     if not rows:
         print(f"no {args.listing} match")
         return 0
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    print("  ".join(c.ljust(widths[c]) for c in columns))
-    for r in rows:
-        print("  ".join(str(r[c] if r[c] is not None else "-").ljust(widths[c]) for c in columns))
+    columns = TEXT_COLUMNS.get(args.listing) or {key: key for key in rows[0]}
+    cells = [[str(r[key] if r[key] is not None else "-") for key in columns.values()] for r in rows]
+    widths = [max(len(header), *(len(row[i]) for row in cells)) for i, header in enumerate(columns)]
+    print("  ".join(header.ljust(w) for header, w in zip(columns, widths)))
+    for row in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
     return 0

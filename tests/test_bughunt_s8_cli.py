@@ -250,6 +250,27 @@ def test_models_family_filters_as_the_api_does(capsys, client, family):
     assert (ids == []) == (family == "no-such-family")
 
 
+@pytest.mark.parametrize("listing, query", [("models", []), ("hardware", []), ("recipes", ["--kind", "bundled"])])
+def test_cli_json_listings_are_the_apis(capsys, client, listing, query):
+    """One set of keys for a listing (stop notes s6-s8: the CLI said layers/hidden where the API says
+    num_hidden_layers/hidden_size); the text table keeps its short headers."""
+    code, out, _ = run_cli(capsys, listing, *query, "--format", "json")
+    assert code == 0
+    params = {"kind": "bundled"} if query else {}
+    assert json.loads(out) == client.get(f"/v1/{listing}", params=params).json()
+    code, text, _ = run_cli(capsys, listing, *query)
+    assert code == 0 and len(text.splitlines()) == len(json.loads(out)) + 1
+
+
+def test_models_text_table_shows_the_heads_tp_must_divide(capsys):
+    _, text, _ = run_cli(capsys, "models", "--family", "Llama 3")
+    header, *rows = text.splitlines()
+    assert header.split()[:10] == ["id", "hf_id", "family", "architecture", "layers", "hidden", "heads", "kv_heads",
+                                   "experts", "params"]
+    llama3_8b = next(r.split() for r in rows if r.startswith("llama3-8b "))
+    assert llama3_8b[-6:] == ["32", "4096", "32", "8", "0", "8.03B"]
+
+
 def test_models_family_text_says_when_nothing_matches(capsys):
     assert run_cli(capsys, "models", "--family", "nope")[:2] == (0, "no models match\n")
 
