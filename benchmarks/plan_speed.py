@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.facts import Layout  # noqa: E402
 from service.memory import estimate_memory, model_shape, usable_memory_gib  # noqa: E402
-from service.planner import (facts_for, make_request, micro_batch_sizes, plan, recomputes, shardings,  # noqa: E402
-                             structures)
+from service.planner import (facts_for, layout_strings, make_request, micro_batch_sizes, plan,  # noqa: E402
+                             recomputes, shardings, structures)
 from service.steptime import estimate_step_time  # noqa: E402
 from service.validate import check_layout  # noqa: E402
 
@@ -35,6 +35,7 @@ def naive_plan(request):
     """Every candidate evaluated independently: rules, memory and step time from scratch."""
     shape = model_shape(request.model)
     usable = usable_memory_gib(request.hardware.memory_gib)
+    strings = request.engine == "megatron" and layout_strings(request.model.id)
     best = None
     count = 0
     for structure in structures(request, shape):
@@ -51,10 +52,12 @@ def naive_plan(request):
                     m = request.global_batch_size // (mbs * dp)
                     memory = estimate_memory(shape, lay, world_size=request.world_size,
                                              seq_length=request.seq_length, num_microbatches=m, sharding=sharding,
-                                             engine=request.engine, peft=request.peft, precision=request.precision)
+                                             engine=request.engine, peft=request.peft, precision=request.precision,
+                                             explicit_layout=strings)
                     t = estimate_step_time(shape, request.hardware, lay, world_size=request.world_size,
                                            seq_length=request.seq_length, global_batch_size=request.global_batch_size,
-                                           precision=request.precision, sharding=sharding, engine=request.engine)
+                                           precision=request.precision, sharding=sharding, engine=request.engine,
+                                           explicit_layout=strings)
                     if memory.total <= usable and (best is None or t.step_time_s < best[0]):
                         best = (t.step_time_s, lay, sharding)
     return best, count

@@ -33,6 +33,7 @@ from recipe_index.recipes import RecipeEntry
 from service.bridge_keys import UNRECORDED
 from service.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
+from service.rules.layout import PIPELINE_LAYOUT_TABLES
 from trainer.dotted import get_dotted as _get
 
 # Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
@@ -86,17 +87,6 @@ NULLABLE = {"distributed.vp_size", "distributed.etp_size", "lr_scheduler.decay_s
 NONE_MEANS = {"clip_grad_norm.max_norm": 0.0, "distributed.use_megatron_fsdp": False}
 # Our values -> Bridge's, where the types differ.
 BRIDGE_VALUES = {"distributed.grad_reduce_dtype": {"fp32": True, "bf16": False}}
-# Recipes whose layout builder knows only a fixed table of (PP, VP) pairs (reference/mbridge_rules.md 3g,
-# recipes/<family>/h100/*.py; DeepSeek-V3's leaves the layout unset for another pair, which its 61
-# layers cannot split evenly); keyed by the index's model id.
-PIPELINE_LAYOUT_TABLES = {
-    "deepseek-v3": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)},
-    "kimi-k2": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)},
-    "kimi-k25-vl": {(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)},
-    "olmoe-7b": {(1, 1), (2, 1), (4, 1), (2, 2)},
-    "moonlight-16b": {(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2)},
-    "glm-45v": {(4, 1), (8, 1), (16, 1)},
-}
 # Bridge's finetune() asserts a base checkpoint for SFT and PEFT (mbridge_rules.md 3e); the shell stops
 # with this message when the variable is unset. Left unquoted on purpose: the shell expands it.
 PRETRAINED_CHECKPOINT = ('checkpoint.pretrained_checkpoint="${PRETRAINED_CHECKPOINT:?set PRETRAINED_CHECKPOINT to the '

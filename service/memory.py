@@ -40,12 +40,12 @@ everything in fp32.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 from service import constants as C
 from service.facts import Layout
+from service.rules.sizes import placed_by_string, stage_split
 # The per-model view lives in service.memory_shape; its names are part of this module's interface.
 from service.memory_shape import ActivationBytes, ModelShape, adapter_params, model_shape  # noqa: F401
 
@@ -152,9 +152,19 @@ def in_flight_microbatches(pp: int, vp: int | None, num_microbatches: int) -> fl
     return float(min(pp, max(num_microbatches, 1)))
 
 
-def stage_layers(layers: int, pp: int) -> int:
-    """Decoder layers on the fullest pipeline stage."""
-    return math.ceil(layers / pp)
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage's training state: which stage (first, middle, last, or the only one), the
+    share of the decoder layers it holds, and its weights, gradients and optimizer bytes."""
+    role: str
+    fraction: float
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def state_total(self) -> float:
+        return self.weights + self.grads + self.optimizer
 
 
 class MemoryModel:
@@ -166,13 +176,15 @@ class MemoryModel:
 
     def __init__(self, shape: ModelShape, *, world_size: int, seq_length: int, engine: str = "megatron",
                  peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
-                 lora_rank: int | None = None, grad_reduce_dtype: str = "fp32"):
+                 lora_rank: int | None = None, grad_reduce_dtype: str = "fp32",
+                 explicit_layout: bool | frozenset = False):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {GRAD_REDUCE_DTYPES}, got {grad_reduce_dtype!r}")
         self.shape, self.world_size, self.seq = shape, world_size, seq_length
         self.engine, self.peft = engine, peft
+        self.explicit_layout = explicit_layout  # the pipelines a layout string places (sizes.placed_by_string)
         # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
         # whenever the LM head is not tensor-parallel; fused_loss=False models the plain loss (torchtitan).
         self.fused_loss = fused_loss
@@ -189,20 +201,21 @@ class MemoryModel:
         self.compute_param_bytes = C.DTYPE_BYTES["fp32"] if self.fp32_compute else C.DTYPE_BYTES["bf16"]
         # Megatron's gradient buffer: fp32, or the parameters' dtype when grads are not reduced in fp32.
         self.main_grad_bytes = C.DTYPE_BYTES[grad_reduce_dtype] if not self.fp32_compute else C.DTYPE_BYTES["fp32"]
-        self._states: dict[tuple, tuple[tuple[float, float, float], tuple[float, float, float], float]] = {}
+        self._states: dict[tuple, tuple[Stage, ...]] = {}
         self._acts: dict[tuple, tuple[float, float, float]] = {}
 
-    def state_bytes(self, tp: int, pp: int, cp: int, ep: int, etp: int,
-               sharding: str) -> tuple[tuple[float, float, float], tuple[float, float, float], float]:
-        """((weights, grads, optimizer) bytes on the first stage, the same on the last, stage fraction)."""
-        key = (tp, pp, cp, ep, etp, sharding)
+    def state_bytes(self, tp: int, pp: int, cp: int, ep: int, etp: int, sharding: str,
+                    vp: int = 1) -> tuple[Stage, ...]:
+        """The pipeline stages that can need the most memory, each with its (weights, grads, optimizer)
+        bytes: the first (embedding, the most micro batches in flight), the last (LM head and logits),
+        and a middle one where Megatron's split gives it more layers (``stage_split``). One stage
+        without pipeline parallelism."""
+        split = stage_split(self.shape.layers, pp, vp, placed_by_string(self.explicit_layout, pp, vp))
+        key = (tp, pp, split, cp, ep, etp, sharding)  # VP matters only through the split
         hit = self._states.get(key)
         if hit is not None:
             return hit
         s = self.shape
-        fraction = stage_layers(s.layers, pp) / s.layers
-        body = s.layer_dense_params * fraction / tp
-        expert = s.layer_expert_params * fraction / (ep * etp)
         dense_shards = self.world_size // (tp * pp)  # DP x CP: Megatron's optimizer group, FSDP2's mesh
         expert_dp = max(self.world_size // (pp * ep * etp), 1)
         state = STATE_BYTES[(self.engine, sharding)]
@@ -216,35 +229,41 @@ class MemoryModel:
         o_d, o_e = (dense_shards, expert_dp) if state.optimizer_sharded else (1, 1)
         block = 0.0
         if state.unsharded_working_set and (dense_shards > 1 or expert_dp > 1):
-            block = s.largest_block_params / tp * C.FSDP_UNSHARDED_BLOCKS * self.compute_param_bytes
+            block = s.unsharded_block_params(tp, ep, etp) * C.FSDP_UNSHARDED_BLOCKS * self.compute_param_bytes
         # Unsharded parameters: FSDP2 (bundled) also on one rank and with its root; gradients: the blocks.
         weight_block = block
         if state.unsharded_working_set and self.engine == "bundled":
             weight_block = fsdp2_working_set_bytes(s, tp, dp_shards=dense_shards, param_bytes=self.compute_param_bytes)
 
-        def one_end(dense: float) -> tuple[float, float, float]:
+        def stage(role: str, layers: int, outside_layers: float) -> Stage:
+            fraction = layers / s.layers
+            dense = s.layer_dense_params * fraction / tp + outside_layers / tp
+            expert = s.layer_expert_params * fraction / (ep * etp)
             adapters = self.lora_params * fraction / tp
             if self.peft and self.engine == "bundled":
                 # Frozen base kept in the model's storage dtype (model.dtype, fp32 by default), fp32
                 # adapters as the sharded masters, fp32 grads and two Adam moments (trainer/peft.py).
                 weights = (dense / w_d + expert / w_e + adapters / w_d) * C.FSDP2_PARAM_BYTES
-                return (weights + weight_block, adapters / g_d * C.FSDP2_GRAD_BYTES,
-                        adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
+                return Stage(role, fraction, weights + weight_block, adapters / g_d * C.FSDP2_GRAD_BYTES,
+                             adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
             if self.peft:  # frozen bf16 base; only the adapters carry training state
                 weights = (dense / w_d + expert / w_e) * C.LORA_BASE_WEIGHT_BYTES + adapters / w_d * 2
                 extra_grad_copy = C.MEGATRON_MAIN_GRAD_BYTES if state.grad < C.MEGATRON_MAIN_GRAD_BYTES else 0
-                return (weights + block, adapters / g_d * state.grad,
-                        adapters / o_d * (C.ADAM_STATE_BYTES + extra_grad_copy))
-            return ((dense / w_d + expert / w_e) * state.weight + weight_block,
-                    (dense / g_d + expert / g_e) * state.grad + block,
-                    (dense / o_d + expert / o_e) * state.optimizer)
+                return Stage(role, fraction, weights + block, adapters / g_d * state.grad,
+                             adapters / o_d * (C.ADAM_STATE_BYTES + extra_grad_copy))
+            return Stage(role, fraction, (dense / w_d + expert / w_e) * state.weight + weight_block,
+                         (dense / g_d + expert / g_e) * state.grad + block,
+                         (dense / o_d + expert / o_e) * state.optimizer)
 
         if pp == 1:
-            first = last = one_end(body + (s.embedding_params + s.head_params) / tp)
+            stages: tuple[Stage, ...] = (stage("only", s.layers, s.embedding_params + s.head_params),)
         else:
-            first, last = one_end(body + s.embedding_params / tp), one_end(body + s.head_params / tp)
-        hit = self._states[key] = (first, last, fraction)
-        return hit
+            first, middle, last = split
+            stages = (stage("first", first, s.embedding_params), stage("last", last, s.head_params))
+            if pp > 2 and middle > first:  # e.g. the embedding counted as a layer: the second stage is fuller
+                stages += (stage("middle", middle, 0.0),)
+        self._states[key] = stages
+        return stages
 
     def activation_dtypes(self, sharding: str) -> tuple[float, float]:
         """(residual stream, other activations) bytes relative to bf16. Megatron and the bundled
@@ -308,25 +327,37 @@ class MemoryModel:
             return norm_in + C.ACTIVATION_BYTES * s.hidden * residual, head_grad
         return (s.vocab / tp) * self.logits_bytes + norm_in, 0.0
 
+    def _stage_activations(self, stage: Stage, kept: float, fixed_work: float, work: float, logits: float,
+                           inflight: float) -> float:
+        """Activation bytes one stage keeps at its peak: the first stage ``inflight`` micro batches (1F1B),
+        a middle one one fewer (it starts its first backward one step sooner; approximate), the last one
+        micro batch and the logits."""
+        layer_bytes = kept * stage.fraction
+        work += fixed_work * stage.fraction
+        if stage.role == "first":
+            return layer_bytes * inflight + work
+        if stage.role == "middle":
+            return layer_bytes * max(inflight - 1, 1.0) + work
+        return layer_bytes + work + logits
+
     def parts(self, layout: Layout, sharding: str, num_microbatches: int) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, activations) bytes on the pipeline stage that needs the most."""
         lay = layout
         tp, pp = lay.tp, lay.pp
-        first, last, fraction = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
+        stages = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding, lay.vp or 1)
         kept, working = self._activation_per_token(tp, lay.sp and tp > 1, lay.recompute, sharding)
         tokens = lay.micro_batch_size * self.seq / lay.cp
-        layer_bytes = kept * fraction * tokens
-        working = working * tokens + self.autocast_weight_copies(tp, lay.recompute, sharding) * fraction
         per_token_logits, loss_fixed = self.loss_bytes(tp, sharding)
         logits = tokens * per_token_logits + loss_fixed
-        last_acts = layer_bytes + working + logits
-        if pp == 1:
-            return first[0], first[1], first[2], last_acts
-        # The ends differ: embedding and in-flight micro batches vs LM head and logits.
-        first_acts = layer_bytes * in_flight_microbatches(pp, lay.vp, num_microbatches) + working
-        if first[0] + first[1] + first[2] + first_acts >= last[0] + last[1] + last[2] + last_acts:
-            return first[0], first[1], first[2], first_acts
-        return last[0], last[1], last[2], last_acts
+        inflight = in_flight_microbatches(pp, lay.vp, num_microbatches)
+        copies = self.autocast_weight_copies(tp, lay.recompute, sharding)
+        best = None
+        for stage in stages:  # the ends differ: embedding and in-flight micro batches vs LM head and logits
+            acts = self._stage_activations(stage, kept * tokens, copies, working * tokens, logits, inflight)
+            if best is None or stage.state_total + acts > best[0]:
+                best = (stage.state_total + acts, stage, acts)
+        _, stage, acts = best
+        return stage.weights, stage.grads, stage.optimizer, acts
 
     def totals(self, structure: Layout, sizes: list[tuple[int, int]], shardings: tuple[str, ...],
                recomputes: tuple[str, ...]) -> list[list[float]]:
@@ -339,26 +370,26 @@ class MemoryModel:
         scale, runtime = (1 + C.FRAGMENTATION_FRACTION) / C.GIB, self.runtime_bytes / C.GIB
         states = []
         for sharding in shardings:
-            first, last, fraction = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding)
+            stages = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding, lay.vp or 1)
             per_token = [(*self._activation_per_token(tp, sp, recompute, sharding),
-                          self.autocast_weight_copies(tp, recompute, sharding) * fraction) for recompute in recomputes]
-            states.append((first[0] + first[1] + first[2], last[0] + last[1] + last[2], fraction, per_token,
-                           self.loss_bytes(tp, sharding)))
+                          self.autocast_weight_copies(tp, recompute, sharding)) for recompute in recomputes]
+            states.append((stages, per_token, self.loss_bytes(tp, sharding)))
         out = []
         for micro_batch_size, num_microbatches in sizes:
             tokens = micro_batch_size * self.seq / lay.cp
-            inflight = in_flight_microbatches(pp, lay.vp, num_microbatches) if pp > 1 else 1.0
+            inflight = in_flight_microbatches(pp, lay.vp, num_microbatches)
+            # _stage_activations inlined: (state, layer share, micro batches kept, whether the logits are kept)
+            held = {"first": inflight, "middle": max(inflight - 1, 1.0)}
             totals = []
-            for first_state, last_state, fraction, per_token, (per_token_logits, loss_fixed) in states:
+            for stages, per_token, (per_token_logits, loss_fixed) in states:
                 logits = tokens * per_token_logits + loss_fixed
-                for kept, working, fixed in per_token:
-                    layer_bytes = kept * fraction * tokens
-                    work = working * tokens + fixed
-                    total = last_state + layer_bytes + work + logits
-                    if pp > 1:
-                        first_total = first_state + layer_bytes * inflight + work
-                        if first_total > total:
-                            total = first_total
+                ends = [(st.state_total, st.fraction, held.get(st.role, 1.0), st.role in ("last", "only"))
+                        for st in stages]
+                for kept, working, copies in per_token:
+                    layer_tokens, work = kept * tokens, working * tokens
+                    total = max(state + fraction * (layer_tokens * kept_mbs + copies) + work
+                                + (logits if with_logits else 0.0)
+                                for state, fraction, kept_mbs, with_logits in ends)
                     totals.append(runtime + scale * total)
             out.append(totals)
         return out
@@ -381,11 +412,12 @@ class MemoryModel:
 def estimate_memory(shape: ModelShape, layout: Layout, *, world_size: int, seq_length: int,
                     num_microbatches: int = 1, sharding: str = "optimizer", engine: str = "megatron",
                     peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
-                    lora_rank: int | None = None, grad_reduce_dtype: str = "fp32") -> MemoryEstimate:
+                    lora_rank: int | None = None, grad_reduce_dtype: str = "fp32",
+                    explicit_layout: bool | frozenset = False) -> MemoryEstimate:
     """One-off estimate (the planner keeps a :class:`MemoryModel` to share work across layouts)."""
     model = MemoryModel(shape, world_size=world_size, seq_length=seq_length, engine=engine, peft=peft, cpu=cpu,
                         precision=precision, fused_loss=fused_loss, lora_rank=lora_rank,
-                        grad_reduce_dtype=grad_reduce_dtype)
+                        grad_reduce_dtype=grad_reduce_dtype, explicit_layout=explicit_layout)
     return model.estimate(layout, sharding, num_microbatches)
 
 

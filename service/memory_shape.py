@@ -77,6 +77,11 @@ class ModelShape:
     layer_expert_params: int  # all layers: routed experts
     active_expert_params: int  # routed-expert parameters one token passes through (top-k per MoE layer)
     largest_block_params: int  # the biggest layer, for FSDP's unsharded working set
+    # Its parts for Megatron-FSDP, which gathers only an EP rank's own experts: the largest layer without
+    # routed experts, the largest MoE layer, and that layer's routed experts (0, 0 for a dense model).
+    largest_dense_block_params: int
+    moe_block_params: int
+    block_expert_params: int
     lora_params: int  # LoRA adapters of rank LORA_DEFAULT_RANK on every linear layer
     lora_params_split: int  # the same on separate q/k/v/o/gate/up/down linears (Hugging Face PEFT)
     experts: int
@@ -101,6 +106,12 @@ class ModelShape:
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    def unsharded_block_params(self, tp: int, ep: int = 1, etp: int = 1) -> float:
+        """Parameters of the largest layer one GPU gathers under FSDP: its TP shard, and of an MoE
+        layer's routed experts only the EP x ETP shard its rank owns."""
+        moe = (self.moe_block_params - self.block_expert_params) / tp + self.block_expert_params / (ep * etp)
+        return max(self.largest_dense_block_params / tp, moe)
 
     @property
     def gemm_params_per_token(self) -> float:
@@ -272,6 +283,9 @@ def _build_shape(card: ModelCard) -> ModelShape:
         layer_expert_params=experts_total,
         active_expert_params=pc.per_expert * card.num_experts_per_tok * pc.num_moe_layers if card.is_moe else 0,
         largest_block_params=largest_block,
+        largest_dense_block_params=max(pc.per_layer_dense, pc.mamba + card.hidden_size),
+        moe_block_params=max(pc.per_layer_moe, moe_block) if card.is_moe else 0,
+        block_expert_params=card.num_experts * pc.per_expert if card.is_moe else 0,
         lora_params=_lora_params(card, C.LORA_DEFAULT_RANK),
         lora_params_split=_lora_params(card, C.LORA_DEFAULT_RANK, fused_projections=False),
         experts=card.num_experts,

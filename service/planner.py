@@ -29,7 +29,7 @@ from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split, sequence_parallel_splits
-from service.rules.sizes import divisors
+from service.rules.sizes import divisors, placed_by_string
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
 from trainer.config import MIN_SEQ_LENGTH
@@ -278,6 +278,14 @@ def explicit_layouts(model_id: str) -> bool:
     return False
 
 
+def layout_strings(model_id: str) -> Union[bool, frozenset]:
+    """Which pipelines of the model a Bridge layout string places, balancing the embedding and the loss
+    with the decoder layers: every pipeline (True) of a model whose recipes carry explicit layouts
+    (NVIDIA's performance recipes write one for any (PP, VP), e.g. DeepSeek-V3 PP 2 x VP 8, beyond the
+    library builders' tables: RA-L019), else none (False)."""
+    return explicit_layouts(model_id)
+
+
 def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
     """True when the decoder layers do not divide evenly over the PP x VP stages of ``layout``: Megatron
     then needs a layout that places them (Bridge's layout builders, for models whose recipes have one)
@@ -313,7 +321,8 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
         eps = [e for e in divisors(shape.experts) if world % e == 0]
     use_vp = _allowed(engine, "virtual_pipeline")
     use_sp = _allowed(engine, "sequence_parallel")
-    explicit = engine == "megatron" and explicit_layouts(req.model.id)
+    strings = engine == "megatron" and layout_strings(req.model.id)
+    explicit = strings is True
 
     def placeable(pp: int, vp: int) -> bool:
         return (explicit and pp * vp <= min(layers, C.MAX_EXPLICIT_LAYOUT_STAGES)) or _splits(layers, pp, vp)
@@ -380,19 +389,22 @@ class _Estimators:
     def __init__(self, request: PlanRequest, shape: ModelShape):
         req = request
         cpu = req.hardware.arch == "cpu"
+        explicit = req.engine == "megatron" and layout_strings(req.model.id)
         self.memory = MemoryModel(shape, world_size=req.world_size, seq_length=req.seq_length,
                                   engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision,
-                                  grad_reduce_dtype=req.grad_reduce_dtype)
+                                  grad_reduce_dtype=req.grad_reduce_dtype, explicit_layout=explicit)
         self.time = StepTimeModel(shape, req.hardware, world_size=req.world_size, seq_length=req.seq_length,
                                   global_batch_size=req.global_batch_size, precision=req.precision,
-                                  engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype, peft=req.peft)
+                                  engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype, peft=req.peft,
+                                  explicit_layout=explicit)
 
 
 def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
     """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
     req = request
     extra = {"planner": True}
-    if req.engine == "megatron" and needs_explicit_layout(req, layout) and explicit_layouts(req.model.id):
+    if req.engine == "megatron" and needs_explicit_layout(req, layout) and placed_by_string(
+            layout_strings(req.model.id), layout.pp, layout.vp_or_1):
         extra["pipeline_layout"] = "explicit"
     return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,
                  gpus_per_node=req.gpus_per_node, global_batch_size=req.global_batch_size,
@@ -429,8 +441,11 @@ def _rows(request: PlanRequest, est: _Estimators, structure: Layout, sizes: list
                     step = components(tp, pp, vp, cp, ep, etp, sp, mbs, order[index], sharding)[0]
                     if best is None or step < best[0]:
                         best = (step, order[index], sharding, strategy, findings, total)
-                    # A later sharding only wins with less recompute (it always communicates more).
-                    limit = index
+                    # Megatron's later sharding (Megatron-FSDP after the distributed optimizer) only wins
+                    # with less recompute: it communicates more. The bundled order (FSDP2, then DDP) is the
+                    # other way round: DDP needs more memory but communicates less, so it is always timed.
+                    if request.engine == "megatron":
+                        limit = index
                     break
         if best is not None:
             step, recompute, sharding, strategy, findings, total = best

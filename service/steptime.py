@@ -16,8 +16,9 @@ The model, per micro batch on the slowest pipeline stage:
   dispatch and combine; pipeline point-to-point transfers.
 * **Pipeline bubble** ``(PP-1)/VP`` micro-batch times (Narayanan et al. 2021: bubble fraction
   ``(PP-1)/(VP·m)``) when there are at least PP micro batches, ``(PP-m) + (m-1)/VP`` when there
-  are fewer (:func:`pipeline_bubble`), and stage imbalance when layers (and the LM head) do not
-  split evenly.
+  are fewer (:func:`pipeline_bubble`), and stage imbalance: the slowest stage sets the pace, its
+  layers as Megatron splits them (``service.rules.sizes.stage_split``) and, on the last stage, the
+  LM head and loss, unless a layout string balances them with the layers.
 * **Data parallel.** The gradient reduce-scatter (distributed optimizer) or all-reduce (DDP)
   overlaps the last micro batch's backward, the parameter all-gather the first forward, up
   to ``DP_OVERLAP_FRACTION``; FSDP gathers and reduces every micro batch.
@@ -43,7 +44,8 @@ from dataclasses import dataclass
 from recipe_index.cards import HardwareCard
 from service import constants as C
 from service.facts import Layout
-from service.memory import ModelShape, adapter_params, stage_layers
+from service.memory import ModelShape, adapter_params
+from service.rules.sizes import placed_by_string, stage_split
 
 ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
 
@@ -132,8 +134,10 @@ class StepTimeModel:
 
     def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
                  global_batch_size: int, precision: str = "bf16", engine: str = "megatron",
-                 grad_reduce_dtype: str = "fp32", peft: bool = False):
+                 grad_reduce_dtype: str = "fp32", peft: bool = False,
+                 explicit_layout: bool | frozenset = False):
         self.shape, self.hw = shape, hardware
+        self.explicit_layout = explicit_layout  # the pipelines a layout string places (sizes.placed_by_string)
         self.peft, self.passes = peft, gemm_passes(peft)
         self.adapters = adapter_params(shape, engine) if peft else 0.0
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
@@ -276,27 +280,34 @@ class StepTimeModel:
         if hit is None:
             layers = self.shape.layers
             dp = self.world_size // (tp * pp * cp)
-            per_stage = stage_layers(layers, pp)
-            fraction = per_stage / layers
+            split = stage_split(layers, pp, vp, placed_by_string(self.explicit_layout, pp, vp))
+            fraction = max(split) / layers
             pp_bw, pp_lat = self._link(2, self.world_size // pp) if pp > 1 else (1.0, 0.0)  # to the next stage
             first, second, optimizer_s = self._dp_costs(tp, pp, cp, ep, etp, sharding, dp, fraction)
-            hit = self._structure_cache[key] = (dp, fraction, per_stage, pp_bw, pp_lat, first, second, optimizer_s)
+            hit = self._structure_cache[key] = (dp, fraction, split, pp_bw, pp_lat, first, second, optimizer_s)
         return hit
 
     def components(self, tp: int, pp: int, vp: int, cp: int, ep: int, etp: int, sp: bool, mbs: int,
                     recompute: str, sharding: str) -> tuple:
         """(step, compute, bubble, tp, cp, ep, pp, dp, optimizer, MoE unattributed) seconds per step of one
         layout, in plain arguments so the planner need not build a Layout per variant."""
-        dp, fraction, per_stage, pp_bw, pp_lat, dp_first, dp_second, optimizer_s = self._structure(
+        dp, _, (first, middle, last), pp_bw, pp_lat, dp_first, dp_second, optimizer_s = self._structure(
             tp, pp, vp, cp, ep, etp, sp, sharding)
         m = max(self.gbs // (mbs * dp), 1)
         mb = self._micro_batch(tp, cp, ep, etp, sp, mbs, recompute)
         layers = self.shape.layers
-        if pp == 1:
-            compute = layers * mb.layer_s + mb.head_s
-        else:
+        # The slowest stage sets the pace: its layers, with their TP/CP/EP traffic, and on the last stage
+        # the LM head and loss (all on it unless the split counts the loss as a layer, which stage_split
+        # does by giving that stage one layer fewer). A layout string balances the head with the layers.
+        per_layer = mb.layer_s + (mb.tp_s + mb.cp_s + mb.ep_s) / layers
+        if placed_by_string(self.explicit_layout, pp, vp):
             head_layers = mb.head_s / mb.layer_s if mb.layer_s > 0 else 0.0
-            compute = max(per_stage, math.ceil((layers + head_layers) / pp)) * mb.layer_s
+            on_stage, head_s = max(first, math.ceil((layers + head_layers) / pp)), 0.0
+        else:
+            on_stage, head_s = max(((first, 0.0), (middle, 0.0), (last, mb.head_s)),
+                                   key=lambda stage: stage[0] * per_layer + stage[1])
+        compute = on_stage * mb.layer_s + head_s
+        fraction = on_stage / layers
         tp_s, cp_s, ep_s = mb.tp_s * fraction, mb.cp_s * fraction, mb.ep_s * fraction
         pp_s = 0.0
         if pp > 1:
@@ -387,9 +398,10 @@ def calibration_note(shape: ModelShape, engine: str) -> str | None:
 def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout, *, world_size: int,
                        seq_length: int, global_batch_size: int, precision: str = "bf16",
                        sharding: str = "optimizer", engine: str = "megatron",
-                       grad_reduce_dtype: str = "fp32", peft: bool = False) -> StepTime:
+                       grad_reduce_dtype: str = "fp32", peft: bool = False,
+                       explicit_layout: bool | frozenset = False) -> StepTime:
     """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
     model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
                           global_batch_size=global_batch_size, precision=precision, engine=engine,
-                          grad_reduce_dtype=grad_reduce_dtype, peft=peft)
+                          grad_reduce_dtype=grad_reduce_dtype, peft=peft, explicit_layout=explicit_layout)
     return model.estimate(layout, sharding)

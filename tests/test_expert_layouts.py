@@ -29,8 +29,11 @@ def results():
 def test_top1_and_top5_agreement_stay_above_the_floor(results):
     summary, _ = results
     assert summary["planned"] >= 250  # the benchmark still covers the index's models
-    assert summary["top1_pct"] >= 60.0, summary
-    assert summary["top5_pct"] >= 84.0, summary  # target 90 %: benchmarks/README.md says what is missing
+    # 58.0 % and 85.1 % in benchmarks/README.md; targets 60 % and 90 %: benchmarks/README.md says what is
+    # missing (session 9's sizing of uneven pipelines and of the LM head's stage cost 8 top-1 hits here
+    # and gained 10 on the held-out set)
+    assert summary["top1_pct"] >= 57.0, summary
+    assert summary["top5_pct"] >= 84.0, summary
 
 
 def test_held_out_expert_layouts_stay_above_the_floor():
@@ -40,8 +43,8 @@ def test_held_out_expert_layouts_stay_above_the_floor():
     bench = _benchmark()
     summary = bench.summary(bench.evaluate(bench.scored_records(bench.HELDOUT)))
     assert summary["planned"] >= 380 and summary["not_ranked"] == 0, summary
-    assert summary["top1_pct"] >= 37.0, summary  # 39.5 % in benchmarks/README.md
-    assert summary["top5_pct"] >= 72.0, summary  # 73.6 %
+    assert summary["top1_pct"] >= 41.0, summary  # 42.1 % in benchmarks/README.md
+    assert summary["top5_pct"] >= 75.0, summary  # 75.7 %
 
 
 def test_every_planned_expert_layout_is_ranked(results):

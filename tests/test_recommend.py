@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -214,9 +215,11 @@ def test_bridge_command_is_withheld_when_lora_is_added_to_a_pretrain_recipe():
 
 
 def test_bridge_command_is_withheld_when_the_pipeline_split_needs_settings():
-    rec = recommend("llama3-8b", 24, "h100")  # PP3 x VP11 over 32 layers: first/last-stage sizes
-    assert any(f.code == "RA-L011" for f in rec.findings)
-    _no_bridge(rec, "account_for_embedding_in_pipeline_split")
+    rec = recommend("llama3-8b", 24, "h100")  # 32 layers over PP 3: a split Megatron needs settings for
+    [split] = [f for f in rec.findings if f.code == "RA-L011"]
+    settings = re.findall(r"(num_layers_in_\w+_pipeline_stage|account_for_\w+_in_pipeline_split)=", split.fix)
+    assert settings
+    _no_bridge(rec, *settings)
 
 
 def test_uneven_split_keeps_the_recipes_explicit_layout():

@@ -115,7 +115,7 @@ def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
     lay, hw = f.layout, f.hardware
     if f.model is None or hw is None:
         return None
-    if lay.tp * lay.pp * lay.ep * lay.cp > 1 or _weights_shard_over_dp(f):
+    if lay.tp * lay.pp * lay.ep > 1 or _weights_shard_over_dp(f):  # CP splits the sequence, not the weights
         return None
     weights = _weight_bytes(f)
     if weights is None or weights <= hw.memory_gib * GIB:

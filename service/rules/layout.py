@@ -261,6 +261,44 @@ def _long_context_steps(f: Facts) -> list[str]:
     return steps
 
 
+# Recipes whose layout builder knows only a fixed table of (PP, VP) pairs (reference/mbridge_rules.md 3g,
+# recipes/<family>/h100/*.py), keyed by the index's model id. The builders raise ValueError for another
+# pair, except DeepSeek-V3's setter, which leaves the layout unset (Megatron's own split rules apply).
+PIPELINE_LAYOUT_TABLES = {
+    "deepseek-v3": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)}),
+    "kimi-k2": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}),
+    "kimi-k25-vl": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}),
+    "olmoe-7b": frozenset({(1, 1), (2, 1), (4, 1), (2, 2)}),
+    "moonlight-16b": frozenset({(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2)}),
+    "glm-45v": frozenset({(4, 1), (8, 1), (16, 1)}),
+}
+LAYOUT_TABLE_FALLS_BACK = frozenset({"deepseek-v3"})
+
+
+def pipeline_pair_refused(model_id: str, pp: int, vp: int) -> bool:
+    """Whether the model's Bridge library recipe raises for this pipeline (PP > 1 outside its table)."""
+    table = PIPELINE_LAYOUT_TABLES.get(model_id)
+    return (table is not None and model_id not in LAYOUT_TABLE_FALLS_BACK and pp > 1
+            and (pp, vp) not in table)
+
+
+# A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as
+# NVIDIA's performance recipes do (DeepSeek-V3 PP 2 x VP 8, Kimi K2 PP 16); the library recipe that
+# `run_recipe.py --recipe` builds does not.
+@layout_rule("RA-L019", "warning", "distributed.pp_size", "(PP, VP) from the recipe's layout table",
+             "Bridge library layout builders raise ValueError outside their (PP, VP) table (3g)")
+def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
+    lay = f.layout
+    if f.model is None or bundled(f) or not pipeline_pair_refused(f.model.id, lay.pp, lay.vp_or_1):
+        return None
+    table = sorted(pair for pair in PIPELINE_LAYOUT_TABLES[f.model.id] if pair[0] > 1)
+    return Violation(f"pp_size={lay.pp} with vp_size={lay.vp_or_1}: Megatron Bridge's {f.model.id} library recipe "
+                     "builds its pipeline layout from a fixed table of (PP, VP) pairs and raises ValueError for any "
+                     "other, so `run_recipe.py --recipe` fails at start-up",
+                     f"use a (pp_size, vp_size) pair from {table} or pp_size: 1, or give Bridge "
+                     "model.pipeline_model_parallel_layout (a layout string) yourself")
+
+
 def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bool:
     """Megatron-FSDP (sharding "full" under strategy megatron) together with pipeline stages; the
     planner never offers it, RA-L017 warns on configs that ask for it."""

@@ -111,7 +111,8 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     model = MemoryModel(model_shape(f.model), world_size=f.world_size, seq_length=f.seq_length or 0, engine=engine,
                         peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
                         fused_loss=f.extra.get("fused_loss", True),
-                        grad_reduce_dtype=f.extra.get("grad_reduce_dtype", "fp32"))
+                        grad_reduce_dtype=f.extra.get("grad_reduce_dtype", "fp32"),
+                        explicit_layout=f.extra.get("pipeline_layout") is not None)
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
     if not f.seq_length:

@@ -9,9 +9,10 @@ runs (``trainer/capabilities.py`` for the bundled strategies; Megatron runs them
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from math import isqrt
-from typing import Optional
+from typing import Optional, Union
 
 from service.facts import Facts
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -70,6 +71,39 @@ def _balanced_edges(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
         if middle_stages == 0:
             break
     return None if best is None else best[1]
+
+
+def placed_by_string(strings: Union[bool, frozenset], pp: int, vp: int) -> bool:
+    """Whether a pipeline of PP x VP stages is placed by a Bridge layout string: ``strings`` is True
+    (every pipeline of the model), the (PP, VP) pairs of its recipe's layout table, or False."""
+    return pp > 1 and (strings is True or (isinstance(strings, frozenset) and (pp, vp) in strings))
+
+
+@lru_cache(maxsize=4096)
+def stage_split(layers: int, pp: int, vp: int = 1, explicit: bool = False) -> tuple[int, int, int]:
+    """Decoder layers on (the first, each middle, the last) pipeline stage, as Megatron places them:
+    even when PP x VP divides the layers; else the split ``megatron_split`` prescribes (the embedding
+    and/or the loss counted as a layer, or uneven first and last stages). A model placed by an explicit
+    layout string (``explicit``: its recipes' layout builders balance the embedding and the loss with
+    the decoder layers), or one no split fits, gets ceil(layers / PP) everywhere. The memory and
+    step-time models size the stages from it: an uneven split can put several times the average on
+    one stage."""
+    if pp == 1:
+        return layers, 0, layers
+    if explicit:
+        return (math.ceil(layers / pp),) * 3
+    if layers % (pp * vp) == 0:
+        return (layers // pp,) * 3
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):  # megatron_split's order
+        total = layers + emb + loss
+        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
+            per = total // pp
+            return per - emb, per, per - loss
+    edges = _balanced_edges(layers, pp, vp)
+    if edges is None:
+        return (math.ceil(layers / pp),) * 3
+    first, last = edges
+    return first, (layers - first - last) // (pp - 2) if pp > 2 else 0, last
 
 
 def bundled(f: Facts) -> bool:
