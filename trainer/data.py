@@ -306,8 +306,14 @@ class ResumableDataLoader:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         self.sampler.set_epoch(self.epoch)
         self.sampler.start = self.batches_yielded * self.batch_size
+        # A generator of its own: a DataLoader iterator otherwise draws its base seed from the global RNG,
+        # which LoRA's dropout also draws from, so a resume or a validation pass (one more iterator)
+        # would change the dropout masks (bug hunt s9 F1). The sampler orders the data; this seed only
+        # seeds the workers.
+        generator = torch.Generator().manual_seed(self.epoch)
         loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler, drop_last=True,
-                            collate_fn=collate, num_workers=self.num_workers, pin_memory=self.pin_memory)
+                            collate_fn=collate, num_workers=self.num_workers, pin_memory=self.pin_memory,
+                            generator=generator)
         for batch in loader:
             self.batches_yielded += 1
             yield batch

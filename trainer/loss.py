@@ -48,7 +48,11 @@ def causal_lm_loss(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     lm_head = _lm_head(model, required=chunked is True) if chunked else None
     if chunked == "auto":
-        chunked = lm_head is not None and not _is_tensor_parallel(lm_head)
+        chunked = lm_head is not None and not _is_tensor_parallel(lm_head) and not _has_adapter(lm_head)
+    elif chunked and _has_adapter(lm_head):
+        raise ValueError("loss chunked=True multiplies by lm_head.weight alone, so a LoRA adapter on lm_head would "
+                         "never train; set loss_fn.chunked: auto or false, or drop lm_head from "
+                         "peft.target_modules")
     if not chunked:
         logits = model(input_ids, position_ids=position_ids)
         loss_sum = F.cross_entropy(
@@ -66,6 +70,11 @@ def causal_lm_loss(
     loss_sum = linear_cross_entropy(hidden, lm_head.weight, flat_labels, ignore_index=ignore_index,
                                     chunk_size=chunk_size, kernels=_kernels(model))
     return loss_sum, num_label_tokens
+
+
+def _has_adapter(head: Optional[nn.Module]) -> bool:
+    """A LoRA-wrapped head: its `weight` is the frozen base, the update lives in its own modules."""
+    return head is not None and hasattr(head, "lora_A")
 
 
 def _lm_head(model: nn.Module, required: bool = True) -> Optional[nn.Module]:

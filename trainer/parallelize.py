@@ -314,6 +314,18 @@ def apply_fsdp2(model: nn.Module, dp_mesh: DeviceMesh, precision: str, grad_redu
     fully_shard(model, mesh=dp_mesh, mp_policy=mp_policy)
 
 
+def reshard_after_no_grad_forward(model: nn.Module) -> None:
+    """Free what a forward without backward left gathered. The last block keeps its parameters after
+    forward for the backward that follows (apply_fsdp2); a no-grad forward (validation) has none, so
+    the block stays unsharded, and a parameter-keyed save (the optimizer state, the PEFT adapters)
+    would then meet other tensors than the optimizer holds (bug hunt s9 F3). No-op without FSDP2."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def autocast_context(model: nn.Module, precision: str, device_type: str) -> ContextManager:
     """Mixed precision for the forward of DDP or single-process models (FSDP2 casts by its policy)."""
     from torch.distributed.fsdp import FSDPModule

@@ -82,13 +82,22 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
 
 
 def apply_peft(model: nn.Module, section) -> nn.Module:
-    from trainer.peft import apply_lora
+    from trainer.peft import apply_lora, unwrap_model
 
     try:
-        return apply_lora(model, rank=section.rank, alpha=section.alpha, dropout=section.dropout,
-                          target_modules=section.target_modules)
+        model = apply_lora(model, rank=section.rank, alpha=section.alpha, dropout=section.dropout,
+                           target_modules=section.target_modules)
     except ValueError as exc:  # its messages name the peft key
         raise ConfigError(str(exc)) from None
+    config = getattr(unwrap_model(model), "config", None)
+    if section.merge_on_save and getattr(config, "tie_word_embeddings", False) and any(
+            name.endswith("lm_head.lora_A") for name, _ in model.named_modules()):
+        # The merged checkpoint keeps one tensor for the tied embedding and head: the head's update
+        # would be dropped, or would change the input embedding too (bug hunt s9 F2b).
+        raise ConfigError("peft.target_modules: an adapter on lm_head of a model with tied embeddings cannot be "
+                          "merged (the head is the input embedding); drop lm_head from peft.target_modules, "
+                          "or set peft.merge_on_save: false to save the adapter on its own")
+    return model
 
 
 def is_adapter_param(name: str) -> bool:

@@ -33,6 +33,7 @@ from trainer.lr_schedule import build_lr_scheduler
 from trainer.metrics import (JsonlWriter, MetricsSample, device_peak_flops, flops_per_token, make_progress_bar,
                              peak_memory_gib, update_progress_bar)
 from trainer.overrides import ConfigError
+from trainer.parallelize import reshard_after_no_grad_forward
 from trainer.recipes import model_io
 from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
 from trainer.step_scheduler import StepScheduler
@@ -154,6 +155,12 @@ class TrainFinetuneRecipe(BaseRecipe):
                                   f"one local batch ({cfg.step_scheduler.local_batch_size}) per data-parallel rank "
                                   f"({self.dp_size}); add samples")
             self.untrack_state("val_dataloader")  # validation always reads the whole set from the start
+            samples, read = len(self.val_dataloader.dataset), len(self.val_dataloader) * self.val_dataloader.batch_size
+            if read * self.dp_size < samples:  # whole local batches on every rank (bug hunt s9 F4)
+                log(f"warning: validation reads {read * self.dp_size} of the {samples} samples of validation_dataset "
+                    f"(whole local batches of {self.val_dataloader.batch_size} on each of {self.dp_size} data-parallel "
+                    "rank(s)), so its loss also depends on the number of ranks; give it a multiple of "
+                    f"{self.val_dataloader.batch_size * self.dp_size} samples to read them all", self.dist)
         s = cfg.step_scheduler
         self.step_scheduler = StepScheduler(
             self.dataloader, global_batch_size=s.global_batch_size, local_batch_size=s.local_batch_size,
@@ -294,6 +301,7 @@ class TrainFinetuneRecipe(BaseRecipe):
             tokens += batch["input_ids"].numel() * self.dp_size
         self._dp_all_reduce(totals)
         self.model.train()
+        reshard_after_no_grad_forward(self.model)
         val_loss = (totals[0] / totals[1].clamp(min=1)).item()
         self.val_log.write({"step": self.step_scheduler.step, "epoch": epoch, "loss": val_loss,
                             "num_label_tokens": int(totals[1].item()), "lr": lr,
