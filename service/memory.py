@@ -383,14 +383,17 @@ class MemoryModel:
             totals = []
             for stages, per_token, (per_token_logits, loss_fixed) in states:
                 logits = tokens * per_token_logits + loss_fixed
-                ends = [(st.state_total, st.fraction, held.get(st.role, 1.0), st.role in ("last", "only"))
-                        for st in stages]
+                # per stage: its state (and the logits on the last), its layers x micro batches kept, its layers
+                ends = [(st.state_total + (logits if st.role in ("last", "only") else 0.0),
+                         st.fraction * held.get(st.role, 1.0), st.fraction) for st in stages]
                 for kept, working, copies in per_token:
-                    layer_tokens, work = kept * tokens, working * tokens
-                    total = max(state + fraction * (layer_tokens * kept_mbs + copies) + work
-                                + (logits if with_logits else 0.0)
-                                for state, fraction, kept_mbs, with_logits in ends)
-                    totals.append(runtime + scale * total)
+                    layer_tokens = kept * tokens
+                    total = 0.0
+                    for fixed, kept_share, share in ends:  # a loop, not max(): the planner's hottest line
+                        stage_total = fixed + kept_share * layer_tokens + share * copies
+                        if stage_total > total:
+                            total = stage_total
+                    totals.append(runtime + scale * (total + working * tokens))
             out.append(totals)
         return out
 

@@ -28,7 +28,7 @@ from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
-from service.rules.layout import megatron_fsdp_with_pp, megatron_split, sequence_parallel_splits
+from service.rules.layout import megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout, sequence_parallel_splits
 from service.rules.sizes import divisors, placed_by_string
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
@@ -491,8 +491,14 @@ def plan(request: PlanRequest) -> Plan:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
     comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
+
+    def unlaunchable(lay: Layout) -> bool:
+        return request.engine == "megatron" and needs_unwritten_layout(request.model.id, shape.layers, lay.pp,
+                                                                       lay.vp_or_1)
+
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
-                                              comfortable_gib=comfortable, layers=shape.layers),
+                                              comfortable_gib=comfortable, layers=shape.layers,
+                                              unlaunchable=unlaunchable),
                 structures=count, rejections=rejections)
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from service import constants as C
 
 if TYPE_CHECKING:
+    from service.facts import Layout
     from service.planner import PlannedLayout
 
 
-def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int) -> tuple:
-    """Among layouts the estimates cannot tell apart: no CP unless the context is long (seed: CP
+def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int,
+                unlaunchable: Callable[[Layout], bool]) -> tuple:
+    """Among layouts the estimates cannot tell apart: first those the recipe can launch as written
+    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), no CP unless the context is long (seed: CP
     is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
     placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
     collectives on every layer and stays in the node), memory headroom (a layout above
@@ -19,13 +22,13 @@ def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, 
     run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
     (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
     lay = row.structure
-    return (0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
+    return (unlaunchable(lay), 0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
             row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
 
 
 def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
-         layers: int) -> list[PlannedLayout]:
+         layers: int, unlaunchable: Callable[[Layout], bool] = lambda layout: False) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
@@ -35,7 +38,7 @@ def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib:
     """
 
     def preference(row: PlannedLayout) -> tuple:
-        return _preference(row, long_context, comfortable_gib, layers)
+        return _preference(row, long_context, comfortable_gib, layers, unlaunchable)
 
     fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
     ranked: list[PlannedLayout] = []

@@ -351,7 +351,7 @@ class StepTimeModel:
     def _dp_costs(self, tp: int, pp: int, cp: int, ep: int, etp: int, sharding: str, dp: int,
                   fraction: float) -> tuple[float, float, float]:
         """Collective seconds of one step's data-parallel traffic before overlap, and the optimizer step."""
-        key = (tp, pp, cp, ep, etp, sharding)
+        key = (tp, pp, cp, ep, etp, sharding, fraction)  # the stage's share of the layers follows the split
         hit = self._dp_cache.get(key)
         if hit is not None:
             return hit

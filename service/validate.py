@@ -19,7 +19,7 @@ from service.facts import Facts, Finding, Layout, split_world
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
 from trainer.config import RecipeConfig, section_fields, top_level_keys
-from trainer.fast_paths import TRAINER_LOSSES
+from trainer.fast_paths import TRAINER_LOSSES, adapts_lm_head
 
 YAML_SUFFIXES = (".yaml", ".yml")
 ModelResolver = Callable[[str], ModelCard]
@@ -198,7 +198,10 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
 def _fused_loss(cfg: RecipeConfig) -> bool:
     """Whether the bundled trainer runs its chunked linear + cross-entropy (no full logits): only its
     own loss does, and only unless the config turns ``loss_fn.chunked`` off (trainer/loss.py)."""
-    return cfg.loss_fn.target in TRAINER_LOSSES and cfg.loss_fn.kwargs().get("chunked", "auto") is not False
+    chunked = cfg.loss_fn.kwargs().get("chunked", "auto")
+    # `auto` takes the plain loss for a LoRA-adapted head (trainer/loss.py), `true` is refused with one
+    return cfg.loss_fn.target in TRAINER_LOSSES and chunked is not False and not (
+        chunked == "auto" and adapts_lm_head(cfg))
 
 
 def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,

@@ -35,10 +35,12 @@ def shape(model_id: str):
     (27, 16, 1, (6, 1, 7)),     # uneven first and last stages, middle stages of 1
     (61, 16, 1, (2, 4, 3)),
     (32, 1, 1, (32, 0, 32)),
+    (30, 2, 1, (15, 0, 15)),    # two stages: no middle one
+    (31, 2, 1, (15, 0, 16)),    # the embedding counted as a layer: 32 / 2
 ])
 def test_stage_split_is_megatrons(layers, pp, vp, split):
     assert stage_split(layers, pp, vp) == split
-    assert sum((split[0], split[1] * (pp - 2), split[2])) == layers or pp == 1
+    assert sum((split[0], split[1] * max(pp - 2, 0), split[2])) == layers or pp == 1
     if pp > 1:
         assert stage_split(layers, pp, vp, explicit=True) == (-(-layers // pp),) * 3
 
@@ -102,6 +104,7 @@ def _megatron(model: str, pp: int, vp=None, gpus: int = 512) -> str:
     ("kimi-k2", 16, None, False),     # in the table
     ("kimi-k2", 8, 2, False),
     ("deepseek-v3", 2, None, False),  # its setter leaves the layout to Megatron's own split
+    ("glm-45v", 2, None, False),      # so does GLM-4.5V's
 ])
 def test_a_pipeline_outside_the_library_recipes_table_is_said(model, pp, vp, warned):
     found = [f for f in validate_text(_megatron(model, pp, vp), "c.yaml").findings if f.code == "RA-L019"]
@@ -129,3 +132,31 @@ def test_the_bundled_engine_times_ddp_next_to_fsdp2():
     assert best.sharding == "none"  # DDP: fits here and communicates less than FSDP2
     fsdp2 = [r for r in result.fitting if r.sharding == "full"]
     assert fsdp2 and best.tokens_per_s > max(r.tokens_per_s for r in fsdp2)
+
+
+@pytest.mark.parametrize("model, gpus", [("kimi-k2", 512), ("moonlight-16b", 64)])
+def test_recommend_prefers_a_pipeline_the_library_recipe_can_launch(model, gpus):
+    """Review s9 #2: Kimi K2 on 512 H100 was recommended at PP 32, which its recipe's builder refuses."""
+    from service.recommend import recommend
+    from service.rules.layout import PIPELINE_LAYOUT_TABLES
+
+    rec = recommend(model, gpus, "h100")
+    lay = rec.best.layout
+    assert lay.pp == 1 or (lay.pp, lay.vp_or_1) in PIPELINE_LAYOUT_TABLES[model], lay
+    assert not [f for f in rec.findings if f.code == "RA-L019"]
+    assert "megatron_bridge" in rec.commands
+
+
+def test_plan_rows_equal_fresh_estimates_of_their_layout():
+    """Review s9 #1: the data-parallel cost was cached per (TP, PP, CP, EP, ETP), so a VP 2 row reused VP 1's."""
+    from service.steptime import estimate_step_time
+
+    request = make_request("gemma2-2b", 64, "h100")
+    result = plan(request)
+    rows = [r for r in result.fitting if r.layout.pp > 1][:40]
+    assert any((r.layout.vp or 1) > 1 for r in rows)
+    for row in rows:
+        fresh = estimate_step_time(shape("gemma2-2b"), request.hardware, row.layout, world_size=64,
+                                   seq_length=request.seq_length, global_batch_size=request.global_batch_size,
+                                   precision=request.precision, sharding=row.sharding)
+        assert row.time.step_time_s == pytest.approx(fresh.step_time_s, rel=1e-12), row.layout

@@ -70,7 +70,7 @@ PEFT_WITH_VALIDATION = {
     "peft": {"method": "lora", "rank": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": "all-linear"},
     "step_scheduler": {"max_steps": 4, "checkpoint_interval": 4, "global_batch_size": 4, "local_batch_size": 2},
     "hardware": {"gpu_type": "cpu", "gpus_per_node": 1},
-    # 10 samples, local batch 2: one rank reads them all; the warning is for a set that does not divide
+    # 9 samples in local batches of 2: one is left out, and the trainer says so
     "validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 32, "num_samples": 9},
 }
 
@@ -86,3 +86,17 @@ def test_fsdp2_lora_with_dropout_saves_after_validation_and_validation_leaves_tr
     assert (tmp_path / "val" / "ckpt" / "LATEST").is_file()
     assert losses(tmp_path / "val" / "ckpt") == losses(tmp_path / "plain" / "ckpt")  # bit for bit
     assert "validation reads 8 of the 9 samples of validation_dataset" in second.stderr
+
+
+def test_the_preflight_refuses_a_chunked_loss_that_would_leave_an_lm_head_adapter_untrained(tmp_path):
+    from service.validate import validate_text
+    from trainer.launch import load_config, preflight
+
+    updates = {**PEFT_WITH_VALIDATION, "peft": {**PEFT_WITH_VALIDATION["peft"], "target_modules": ["lm_head", "q_proj"]},
+               "loss_fn": {"_target_": "trainer.loss.causal_lm_loss", "chunked": True}}
+    path = write_config(tmp_path, updates)
+    _, cfg = load_config(str(path), [])
+    with pytest.raises(ConfigError, match=r"^loss_fn.chunked: true multiplies by lm_head.weight alone"):
+        preflight(cfg, 1)
+    [finding] = [f for f in validate_text(path.read_text(), "c.yaml").findings if f.code == "RA-E004"]
+    assert finding.key == "loss_fn.chunked" and "drop lm_head from peft.target_modules" in finding.fix

@@ -79,6 +79,8 @@ def brute_force_valid(model: ModelCard, lay: Layout, world: int, gbs: int, seq: 
         return False
     if lay.cp > 1 and not any(chunk * 2 * lay.cp == seq for chunk in range(1, seq + 1)):
         return False
+    if lay.sp and lay.tp > 1 and not any(share * lay.tp * lay.cp == seq for share in range(1, seq + 1)):
+        return False  # sequence parallel scatters each CP rank's tokens evenly over TP (RA-L018)
     dp = world // (lay.tp * lay.pp * lay.cp)
     return any(acc * lay.micro_batch_size * dp == gbs for acc in range(1, gbs + 1))
 

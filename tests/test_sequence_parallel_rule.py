@@ -70,11 +70,17 @@ def test_recommended_config_for_an_odd_length_validates_and_passes_the_dry_run(t
     assert main(["recommend", *LLAMA_1B, "--seq-length", "63", "-o", str(out)]) == 0
     config = yaml.safe_load(out.read_text())
     assert config["dataset"]["seq_length"] == 63
-    if config["distributed"]["tp_size"] > 1:
-        assert config["distributed"]["sequence_parallel"] is False
+    dist = config["distributed"]
+    assert not (dist.get("tp_size", 1) > 1 and dist.get("sequence_parallel"))  # the trainer refuses that
     capsys.readouterr()
     assert main(["validate", str(out)]) == 0
     assert "0 error(s)" in capsys.readouterr().out
+    assert main(["train", str(out), "--dry-run"]) == 0  # the launcher's pre-flight, as the workers'
+    # and the same length with TP 2: SP turned off by the planner passes; SP on is refused before launch
+    tp2 = ["train", str(out), "--dry-run", "--distributed.strategy", "fsdp2", "--distributed.tp_size", "2"]
+    assert main([*tp2, "--distributed.sequence_parallel", "false"]) == 0
+    assert main([*tp2, "--distributed.sequence_parallel", "true"]) == 2
+    assert "RA-L018" in capsys.readouterr().err
 
 
 def test_one_token_sequences_are_refused_everywhere(capsys):

@@ -75,3 +75,10 @@ def default_fast_paths(gpu_type: str, arch: str, optimizer_target: Optional[str]
         return {**common, "model.kernels": "auto", "compile.enabled": True}
     # An accelerator we have no measurements for: the portable paths only.
     return {**common, "model.kernels": "torch"}
+
+
+def adapts_lm_head(cfg: Any) -> bool:
+    """Whether a config puts a LoRA adapter on the LM head ("all-linear" leaves it out, trainer/peft.py):
+    the chunked loss then cannot run (it multiplies by the frozen weight alone)."""
+    targets = cfg.peft.target_modules if cfg.peft is not None else ()
+    return not isinstance(targets, str) and any(t == "lm_head" or t.endswith(".lm_head") for t in targets)

@@ -20,7 +20,7 @@ from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
-from trainer.fast_paths import fused_step_runs, optimizer_name
+from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.source_reader import literal_defaults
@@ -166,7 +166,12 @@ def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
         problems.append(("loss_fn.chunked", f"true does not run with tensor parallel (tp_size "
                          f"{cfg.distributed.tp_size}: the LM head is split over the tp mesh)",
                          "set loss_fn.chunked: auto or false, or distributed.tp_size: 1"))
+    if cfg.loss_fn.kwargs().get("chunked") is True and adapts_lm_head(cfg):
+        problems.append(("loss_fn.chunked", "true multiplies by lm_head.weight alone, so the LoRA adapter "
+                         "peft.target_modules puts on lm_head would never train",
+                         "set loss_fn.chunked: auto or false, or drop lm_head from peft.target_modules"))
     return problems
+
 
 
 def check_step_callables(cfg: RecipeConfig) -> None:

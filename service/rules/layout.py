@@ -272,7 +272,7 @@ PIPELINE_LAYOUT_TABLES = {
     "moonlight-16b": frozenset({(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2)}),
     "glm-45v": frozenset({(4, 1), (8, 1), (16, 1)}),
 }
-LAYOUT_TABLE_FALLS_BACK = frozenset({"deepseek-v3"})
+LAYOUT_TABLE_FALLS_BACK = frozenset({"deepseek-v3", "glm-45v"})  # their setters leave the layout unset
 
 
 def pipeline_pair_refused(model_id: str, pp: int, vp: int) -> bool:
@@ -280,6 +280,16 @@ def pipeline_pair_refused(model_id: str, pp: int, vp: int) -> bool:
     table = PIPELINE_LAYOUT_TABLES.get(model_id)
     return (table is not None and model_id not in LAYOUT_TABLE_FALLS_BACK and pp > 1
             and (pp, vp) not in table)
+
+
+def needs_unwritten_layout(model_id: str, layers: int, pp: int, vp: int) -> bool:
+    """Whether `run_recipe.py --recipe` cannot run this pipeline as `recommend` writes it: the library
+    recipe raises for the pair, or leaves the layout unset where the layers do not split evenly (a
+    layout string, or first/last-stage sizes, would be needed, which no key=value override carries)."""
+    table = PIPELINE_LAYOUT_TABLES.get(model_id)
+    if table is None or pp == 1 or (pp, vp) in table:
+        return False
+    return pipeline_pair_refused(model_id, pp, vp) or layers % (pp * vp) != 0
 
 
 # A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as

@@ -36,12 +36,11 @@ def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
     middle stages even; per-rank counts must divide by VP. Returns the
     settings to use, or None when no split exists.
     """
-    for emb, loss in ((1, 1), (1, 0), (0, 1)):
-        total = layers + emb + loss
-        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
-            flags = [name for name, on in (("account_for_embedding_in_pipeline_split", emb),
-                                           ("account_for_loss_in_pipeline_split", loss)) if on]
-            return " and ".join(f"{flag}=true" for flag in flags)
+    accounted = _accounted_split(layers, pp, vp)
+    if accounted is not None:
+        flags = [name for name, on in zip(("account_for_embedding_in_pipeline_split",
+                                           "account_for_loss_in_pipeline_split"), accounted) if on]
+        return " and ".join(f"{flag}=true" for flag in flags)
     if pp < 2:
         return None
     best = _balanced_edges(layers, pp, vp)
@@ -49,6 +48,16 @@ def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
         return None
     first, last = best
     return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+
+
+def _accounted_split(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
+    """(embedding, loss) counted as pipeline layers, 1 or 0 each, that make the stages even: Megatron's
+    account_for_*_in_pipeline_split, tried in this order; None when no such accounting evens them."""
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):
+        total = layers + emb + loss
+        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
+            return emb, loss
+    return None
 
 
 @lru_cache(maxsize=4096)
@@ -81,8 +90,8 @@ def placed_by_string(strings: Union[bool, frozenset], pp: int, vp: int) -> bool:
 
 @lru_cache(maxsize=4096)
 def stage_split(layers: int, pp: int, vp: int = 1, explicit: bool = False) -> tuple[int, int, int]:
-    """Decoder layers on (the first, each middle, the last) pipeline stage, as Megatron places them:
-    even when PP x VP divides the layers; else the split ``megatron_split`` prescribes (the embedding
+    """Decoder layers on (the first, each middle (0 when PP is 2), the last) pipeline stage, as Megatron
+    places them: even when PP x VP divides the layers; else the split ``megatron_split`` prescribes (the embedding
     and/or the loss counted as a layer, or uneven first and last stages). A model placed by an explicit
     layout string (``explicit``: its recipes' layout builders balance the embedding and the loss with
     the decoder layers), or one no split fits, gets ceil(layers / PP) everywhere. The memory and
@@ -93,12 +102,12 @@ def stage_split(layers: int, pp: int, vp: int = 1, explicit: bool = False) -> tu
     if explicit:
         return (math.ceil(layers / pp),) * 3
     if layers % (pp * vp) == 0:
-        return (layers // pp,) * 3
-    for emb, loss in ((1, 1), (1, 0), (0, 1)):  # megatron_split's order
-        total = layers + emb + loss
-        if total % pp == 0 and (total // pp) % vp == 0 and total // pp > emb + loss:
-            per = total // pp
-            return per - emb, per, per - loss
+        return layers // pp, layers // pp if pp > 2 else 0, layers // pp
+    accounted = _accounted_split(layers, pp, vp)
+    if accounted is not None:
+        emb, loss = accounted
+        per = (layers + emb + loss) // pp
+        return per - emb, per if pp > 2 else 0, per - loss  # two stages have no middle one
     edges = _balanced_edges(layers, pp, vp)
     if edges is None:
         return (math.ceil(layers / pp),) * 3
