@@ -115,7 +115,8 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                         ("global_batch_size", global_batch_size)):
         least = MIN_SEQ_LENGTH if name == "seq_length" else 1
         if value is not None and value < least:
-            raise PlanError(f"{name} must be at least {least}, got {value}", field=name,
+            why = " (one input token and its label)" if name == "seq_length" else ""
+            raise PlanError(f"{name} must be at least {least}{why}, got {value}", field=name,
                             fix=f"use a value of at least {least}")
     hardware = get_hardware(gpu_type)
     node = hardware.gpus_per_node

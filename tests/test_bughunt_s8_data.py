@@ -128,7 +128,7 @@ def test_another_models_tokenizer_is_flagged_when_its_vocabulary_differs(tokeniz
     assert bool(found) is flagged
     if flagged:
         [finding] = found
-        assert finding.key == "dataset.tokenizer" and "152,064 rows" in finding.message
+        assert finding.key == "dataset.tokenizer" and "the weights' 152,064" in finding.message
         assert finding.fix == "set dataset.tokenizer: qwen25-7b"
 
 

@@ -61,8 +61,10 @@ def test_megatron_fsdp_gathers_only_the_ranks_own_experts():
     model = MemoryModel(qwen, world_size=64, seq_length=4096)
     weights = {ep: model.estimate(Layout(ep=ep, etp=1, recompute="full"), "full").weights for ep in (8, 64)}
     assert weights[64] < weights[8]
-    unsharded = (qwen.moe_block_params - qwen.block_expert_params) + qwen.block_expert_params / 8
-    assert qwen.unsharded_block_params(1, 8) == pytest.approx(max(qwen.largest_dense_block_params, unsharded))
+    # Qwen3-235B: 128 experts of 3 x 4096 x 1536 per MoE layer; an EP 8 rank gathers 16 of them
+    assert qwen.block_expert_params == 128 * 3 * 4096 * 1536
+    assert qwen.unsharded_block_params(1, 8) - qwen.unsharded_block_params(1, 1) == pytest.approx(
+        -112 * 3 * 4096 * 1536)
     dense = shape("llama3-8b")
     assert dense.unsharded_block_params(2, 4) == dense.largest_block_params / 2  # nothing to shard over EP
 
@@ -160,3 +162,16 @@ def test_plan_rows_equal_fresh_estimates_of_their_layout():
                                    seq_length=request.seq_length, global_batch_size=request.global_batch_size,
                                    precision=request.precision, sharding=row.sharding)
         assert row.time.step_time_s == pytest.approx(fresh.step_time_s, rel=1e-12), row.layout
+
+
+@pytest.mark.parametrize("model, world, layout", [
+    ("gemma2-2b", 64, Layout(pp=8, recompute="selective")),            # 26 layers: 1 / 6 x 4 / 1 (middle fullest)
+    ("deepseek-v2-lite", 16, Layout(pp=16, recompute="none")),         # 27 layers: 6 / 14 x 1 / 7
+    ("llama31-405b", 256, Layout(tp=8, pp=16, sp=True, recompute="full")),  # 126 layers: 7 / 8 / 7
+])
+def test_the_planners_fast_totals_equal_the_estimate_on_uneven_splits(model, world, layout):
+    """Review s9 #9: MemoryModel.totals (the planner's inner loop) and estimate() on splits with a middle stage."""
+    model_memory = MemoryModel(shape(model), world_size=world, seq_length=4096)
+    for micro_batches in (1, 4, 64):
+        [[total]] = model_memory.totals(layout, [(1, micro_batches)], ("optimizer",), (layout.recompute,))
+        assert total == pytest.approx(model_memory.estimate(layout, "optimizer", micro_batches).total, rel=1e-12)

@@ -65,8 +65,8 @@ def _other_models_tokenizer(model: str, tokenizer) -> Optional[str]:
         return None
     if abs(weights.vocab_size - words.vocab_size) <= SAME_VOCABULARY_TOLERANCE * weights.vocab_size:
         return None
-    return (f"{words.id}'s tokenizer ({words.vocab_size:,} token ids; the weights' embedding has "
-            f"{weights.vocab_size:,} rows)")
+    return (f"{words.id}'s tokenizer (that model's embedding has {words.vocab_size:,} rows, the weights' "
+            f"{weights.vocab_size:,})")
 
 
 def mock_sample_count(target, kwargs: dict) -> Optional[int]:

@@ -183,7 +183,8 @@ def ep_tp_needs_sp(f: Facts) -> Optional[Violation]:
         return None
     fix = "set distributed.sequence_parallel: true"
     if seq is not None and not sequence_parallel_splits(seq, lay.tp, lay.cp):
-        fix += f" with a seq_length that is a multiple of {lay.tp * lay.cp} (RA-L018), or set tp_size: 1"
+        fix += (f" with a dataset.seq_length that is a multiple of {lay.tp * lay.cp} (RA-L018), or set "
+                "distributed.tp_size: 1")
     return Violation(f"ep_size={lay.ep} and tp_size={lay.tp} without sequence_parallel: Megatron-Core warns "
                      "that SP must be used with expert parallelism and TP", fix)
 
