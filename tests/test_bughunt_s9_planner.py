@@ -175,3 +175,21 @@ def test_the_planners_fast_totals_equal_the_estimate_on_uneven_splits(model, wor
     for micro_batches in (1, 4, 64):
         [[total]] = model_memory.totals(layout, [(1, micro_batches)], ("optimizer",), (layout.recompute,))
         assert total == pytest.approx(model_memory.estimate(layout, "optimizer", micro_batches).total, rel=1e-12)
+
+
+def test_expert_parallelism_shards_only_the_experts_weights():
+    """Review s9 #12: RA-M001 skipped every layout with EP > 1, whatever its dense part."""
+    def m001(model: str, ep: int, gpus: int):
+        text = yaml.safe_dump({
+            "model": {"pretrained_model_name_or_path": model},
+            "distributed": {"strategy": "megatron", "tp_size": 1, "pp_size": 1, "ep_size": ep},
+            "dataset": {"seq_length": 4096},
+            "step_scheduler": {"global_batch_size": gpus, "local_batch_size": 1},
+            "hardware": {"gpu_type": "h100", "gpus_per_node": 8, "num_nodes": gpus // 8},
+        })
+        return [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-M001"]
+
+    [finding] = m001("deepseek-v3", 8, 8)  # 1/8 of 256 experts is still over 150 GiB
+    assert "1/8 of the routed experts" in finding.message
+    assert m001("deepseek-v3", 64, 64) == []  # its dense part and 4 experts a layer fit
+    assert m001("qwen3-30b-a3b", 8, 8) == []

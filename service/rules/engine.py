@@ -88,14 +88,17 @@ def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
                      "use precision: bf16")
 
 
-def _weight_bytes(f: Facts) -> Optional[float]:
+def _weight_bytes(f: Facts, expert_shards: int = 1) -> Optional[float]:
+    """The model's weights on one GPU when only EP x ETP (``expert_shards``) splits them: every dense
+    weight, and that share of the routed experts."""
     try:
         from recipe_index import param_counts
     except ImportError:
         return None
-    total = param_counts(f.model).total
+    counts = param_counts(f.model)
+    routed = counts.per_expert * f.model.num_experts * counts.num_moe_layers
     bytes_per = 4 if f.precision == "fp32" and not f.peft else 2
-    return total * bytes_per
+    return (counts.total - routed + routed / expert_shards) * bytes_per
 
 
 def _weights_shard_over_dp(f: Facts) -> bool:
@@ -115,14 +118,18 @@ def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
     lay, hw = f.layout, f.hardware
     if f.model is None or hw is None:
         return None
-    if lay.tp * lay.pp * lay.ep > 1 or _weights_shard_over_dp(f):  # CP splits the sequence, not the weights
+    # CP splits the sequence, not the weights; EP splits only the routed experts
+    if lay.tp * lay.pp > 1 or _weights_shard_over_dp(f):
         return None
-    weights = _weight_bytes(f)
+    expert_shards = lay.ep * lay.etp if lay.ep > 1 else 1
+    weights = _weight_bytes(f, expert_shards)
     if weights is None or weights <= hw.memory_gib * GIB:
         return None
-    need = int(-(-weights // (hw.memory_gib * GIB * 0.6)))
-    return Violation(f"{f.model.id} needs {weights / GIB:.1f} GiB for its weights alone, more than the "
-                     f"{hw.memory_gib:g} GiB of one {hw.name}, and this layout keeps a whole copy per GPU",
+    need = int(-(-_weight_bytes(f) // (hw.memory_gib * GIB * 0.6)))
+    kept = ("a whole copy" if expert_shards == 1 else
+            f"every dense weight and 1/{expert_shards} of the routed experts (EP x ETP = {expert_shards})")
+    return Violation(f"{f.model.id} needs {weights / GIB:.1f} GiB for its weights alone on each GPU, more than "
+                     f"the {hw.memory_gib:g} GiB of one {hw.name}: this layout keeps {kept} per GPU",
                      f"shard it over at least ~{need} GPUs: " + (
                          "raise distributed.tp_size / pp_size (or ep_size for an MoE model), or turn on "
                          "use_megatron_fsdp" if f.strategy == "megatron" else
