@@ -156,9 +156,10 @@ class RecommendBody(PlanBody):
         max_length=64,
         description=(
             "Config keys to set on the result, like the CLI's `--optimizer.lr 1e-4`. "
-            "Strings are read as YAML scalars, as on the command line. They apply in the order "
-            "written, as the CLI's flags do: a whole section (`lr_scheduler`) after a key inside it "
-            "(`lr_scheduler.min_lr`) replaces that key."
+            "Strings are read as YAML, as on the command line, so a whole section is a YAML mapping in a "
+            "string (`\"lr_scheduler\": \"{schedule: constant, min_lr: 1.0e-5}\"`). A section together "
+            "with a key inside it (`lr_scheduler` and `lr_scheduler.min_lr`) is refused with 400: not every "
+            "client keeps a JSON object's key order, which would decide which one wins."
         ),
         examples=[{"optimizer.lr": 0.0001, "step_scheduler.max_steps": 1000}],
     )

@@ -29,11 +29,12 @@ import re
 import shlex
 from typing import Any, Optional
 
+from recipe_index import find_bundled_model
 from recipe_index.recipes import RecipeEntry
 from service.bridge_keys import UNRECORDED
 from service.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
-from service.rules.layout import PIPELINE_LAYOUT_TABLES
+from service.rules.layout import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
 from trainer.dotted import get_dotted as _get
 
 # Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
@@ -216,7 +217,15 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
     # and the precision itself is the `precision` key, so a rewritten label is no gap.
     left = flatten(base)
     gaps: list[Gap] = []
+    stages, model = _stages(config), str(_get(config, "metadata.model"))
+    table = PIPELINE_LAYOUT_TABLES.get(model)
+    card = find_bundled_model(model) if table is not None else None
+    # The library recipe's builder places this pipeline itself (a pair of its table, or no pipeline), so
+    # the config's pipeline_layout marker, added or dropped, is nothing the command has to carry.
+    builder_places = card is not None and not needs_unwritten_layout(model, card.num_hidden_layers, *stages)
     for change in diff(base, config):
+        if change.key == "distributed.pipeline_layout" and builder_places:
+            continue
         if change.key == "dataset.preset" and change.new in (MISSING, None):
             # --dataset would name the recipe's (or the goal's) preset, not the config's none.
             gaps.append(_dropped(change.key, change.old) if change.new is MISSING else
@@ -234,10 +243,8 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
         if finding.code == "RA-L011":
             settings = _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
             gaps += [Gap(setting) for setting in settings]
-    stages = _stages(config)
-    table = PIPELINE_LAYOUT_TABLES.get(str(_get(config, "metadata.model")))
     placed_by_recipe = table is not None or _get(base, "distributed.pipeline_layout") is not None
-    if stages != _stages(base) and placed_by_recipe and stages not in (table or ()):
+    if stages != _stages(base) and placed_by_recipe and not builder_places and stages[0] > 1:
         gaps.append(Gap(f"model.pipeline_model_parallel_layout (a layout string for PP {stages[0]} x VP {stages[1]}, "
                         "which the recipe's layout builder does not have and this advisor does not write)"))
     return list(dict.fromkeys(gaps))
@@ -263,9 +270,11 @@ def uncarried(base: dict, config: dict) -> list[Change]:
     keys with no override that are no gap either, i.e. execution (or benchmark) settings such as the
     checkpoint folder and intervals, logging, data loading, kernels, compilation. Bridge runs its
     recipe's value for each."""
+    # distributed.pipeline_layout only marks who places the layers: with a command, the recipe's builder
+    # does (a changed marker the builder cannot follow is a gap, and there is no command).
     return [change for change in diff(base, config)
             if change.key not in BRIDGE_KEYS and change.key not in CARRIED_BY
-            and not change.key.startswith(_LAUNCH_SECTIONS)]
+            and change.key != "distributed.pipeline_layout" and not change.key.startswith(_LAUNCH_SECTIONS)]
 
 
 def uncarried_note(base: dict, config: dict) -> str:

@@ -184,7 +184,8 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
     if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
         extra.update({k: v for k, v in (("precision_recipe", cfg.metadata.precision_recipe),
-                                        ("megatron_recipe", cfg.metadata.megatron_recipe)) if v})
+                                        ("megatron_recipe", cfg.metadata.megatron_recipe),
+                                        ("recipe_kind", cfg.metadata.kind)) if v})
     if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
         extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
     if d.strategy != "megatron":

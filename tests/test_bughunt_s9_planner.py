@@ -105,8 +105,8 @@ def _megatron(model: str, pp: int, vp=None, gpus: int = 512) -> str:
     ("kimi-k2", 32, None, True),      # the pair recommend picked: Bridge's builder raises for it
     ("kimi-k2", 16, None, False),     # in the table
     ("kimi-k2", 8, 2, False),
-    ("deepseek-v3", 2, None, False),  # its setter leaves the layout to Megatron's own split
-    ("glm-45v", 2, None, False),      # so does GLM-4.5V's
+    ("deepseek-v3", 2, None, True),   # its setter leaves the layout unset: 61 layers need one
+    ("glm-45v", 2, None, False),      # so does GLM-4.5V's, and 46 layers split evenly over 2
 ])
 def test_a_pipeline_outside_the_library_recipes_table_is_said(model, pp, vp, warned):
     found = [f for f in validate_text(_megatron(model, pp, vp), "c.yaml").findings if f.code == "RA-L019"]
@@ -114,6 +114,7 @@ def test_a_pipeline_outside_the_library_recipes_table_is_said(model, pp, vp, war
     if warned:
         assert found[0].severity == "warning" and "(16, 1)" in found[0].fix
         assert "pipeline_model_parallel_layout" in found[0].fix
+        assert ("raises ValueError" in found[0].message) is (model == "kimi-k2")
 
 
 def test_context_parallel_does_not_shard_the_weights():
@@ -193,3 +194,26 @@ def test_expert_parallelism_shards_only_the_experts_weights():
     assert "1/8 of the routed experts" in finding.message
     assert m001("deepseek-v3", 64, 64) == []  # its dense part and 4 experts a layer fit
     assert m001("qwen3-30b-a3b", 8, 8) == []
+
+
+@pytest.mark.parametrize("model, gpus, gpu_type, goal", [
+    ("moonlight-16b", 8, "h100", "sft"),     # PP 1 on the recipe's own hardware
+    ("moonlight-16b", 64, "l40s", "pretrain"),  # PP 4, a pair of its table, over 27 layers
+    ("glm-45v", 256, "h100", "sft"),         # PP 1, which GLM-4.5V's table does not list
+])
+def test_a_pipeline_the_recipes_builder_places_gets_its_bridge_command(model, gpus, gpu_type, goal):
+    """Bug hunt s9d #1/#2: a changed pipeline_layout marker withheld the command even where the library
+    recipe's layout builder places the pipeline itself."""
+    from service.recommend import recommend
+
+    rec = recommend(model, gpus, gpu_type, goal=goal)
+    assert "megatron_bridge" in rec.commands, rec.notes
+    assert "pipeline_layout" not in rec.commands["megatron_bridge"]
+    assert not any("layout string for PP 1" in note for note in rec.notes)
+
+
+def test_an_uneven_pipeline_outside_a_falling_back_table_is_said():
+    """Bug hunt s9d #3: GLM-4.5V's builder leaves the layout unset outside its table; 46 layers over 4 x 12."""
+    [finding] = [f for f in validate_text(_megatron("glm-45v", 4, 12, gpus=128), "c.yaml").findings
+                 if f.code == "RA-L019"]
+    assert "leaves the layout unset" in finding.message and "46 decoder layers" in finding.message

@@ -297,15 +297,22 @@ def needs_unwritten_layout(model_id: str, layers: int, pp: int, vp: int) -> bool
 # NVIDIA's performance recipes do (DeepSeek-V3 PP 2 x VP 8, Kimi K2 PP 16); the library recipe that
 # `run_recipe.py --recipe` builds does not.
 @layout_rule("RA-L019", "warning", "distributed.pp_size", "(PP, VP) from the recipe's layout table",
-             "Bridge library layout builders raise ValueError outside their (PP, VP) table (3g)")
+             "Bridge library layout builders: a fixed (PP, VP) table, ValueError or an unset layout outside it (3g)")
 def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
     lay = f.layout
-    if f.model is None or bundled(f) or not pipeline_pair_refused(f.model.id, lay.pp, lay.vp_or_1):
+    if f.model is None or bundled(f) or f.extra.get("recipe_kind") == "benchmark":
+        return None  # a performance recipe writes its own layout string (mbridge_recipes.json: layout_set)
+    layers, pair = f.model.num_hidden_layers, (lay.pp, lay.vp_or_1)
+    if not needs_unwritten_layout(f.model.id, layers, *pair):
         return None
-    table = sorted(pair for pair in PIPELINE_LAYOUT_TABLES[f.model.id] if pair[0] > 1)
+    table = sorted(p for p in PIPELINE_LAYOUT_TABLES[f.model.id] if p[0] > 1)
+    if pipeline_pair_refused(f.model.id, *pair):
+        outcome = "raises ValueError for any other, so `run_recipe.py --recipe` fails at start-up"
+    else:
+        outcome = (f"leaves the layout unset for any other, and {layers} decoder layers do not split evenly over "
+                   f"PP x VP = {lay.pp * lay.vp_or_1} stages without one")
     return Violation(f"pp_size={lay.pp} with vp_size={lay.vp_or_1}: Megatron Bridge's {f.model.id} library recipe "
-                     "builds its pipeline layout from a fixed table of (PP, VP) pairs and raises ValueError for any "
-                     "other, so `run_recipe.py --recipe` fails at start-up",
+                     f"builds its pipeline layout from a fixed table of (PP, VP) pairs and {outcome}",
                      f"use a (pp_size, vp_size) pair from {table} or pp_size: 1, or give Bridge "
                      "model.pipeline_model_parallel_layout (a layout string) yourself")
 
