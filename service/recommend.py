@@ -17,7 +17,7 @@ The decision tree of seeds/mbridge-recipe-recommender.md, in one pass:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 import yaml
@@ -299,6 +299,28 @@ def _as_options(fix: str) -> str:
     return fix
 
 
+# A sequence length every CP (2 x CP chunks) and TP x CP split of the planner divides: CP <= 64, TP <= 16.
+SPLITTABLE = 1024
+
+
+def _splittable_length(request) -> Optional[tuple[int, Optional[int]]]:
+    """(the next multiple of SPLITTABLE above the request's sequence length, and None when it fits on the
+    request's GPUs, else the fewest GPUs found for it), when the request's length is not such a multiple
+    and the rounded one fits somewhere; else None. Costs a plan (and a search) on the failure path only."""
+    seq = request.seq_length
+    if seq % SPLITTABLE == 0:
+        return None
+    rounded = -(-seq // SPLITTABLE) * SPLITTABLE
+    positions = request.model.max_position_embeddings
+    if rounded > C.MAX_SEQ_LENGTH or (request.engine == "bundled" and positions and rounded > positions):
+        return None
+    result = plan(replace(request, seq_length=rounded))
+    if result.best is not None:
+        return rounded, None
+    counts = gpus_that_fit(result)
+    return (rounded, counts[0]) if counts else None
+
+
 def _impossible(result: Plan, request) -> PlanError:
     """What to say when nothing on these GPUs serves the request: how many GPUs would, else why not."""
     hw = request.hardware
@@ -324,6 +346,18 @@ def _impossible(result: Plan, request) -> PlanError:
     # divide it), and the search (service/sizing.py) probes counts rather than trying them all.
     need = (f"The fewest {hw.name} GPUs found to fit it: {needed}" if needed else
             f"No count of {hw.name} GPUs up to 65536 fits it")
+    splittable = _splittable_length(request)
+    if splittable is not None and (needed is None or splittable[1] is None or splittable[1] < needed):
+        rounded, gpus = splittable  # the length, more than the GPU count, is what stands in the way
+        where = f"these {request.world_size}" if gpus is None else f"{gpus}"
+        return Impossible(f"{request.model.id} ({request.goal}, seq {request.seq_length}, global batch "
+                          f"{request.global_batch_size}) does not fit on {request.world_size} x {hw.name} at any "
+                          f"layout: {why}. The sequence length stands in the way: {request.seq_length} divides "
+                          f"by too little for context parallelism (2 x CP) and sequence parallelism (TP x CP) to "
+                          f"split it, and {rounded} tokens fit on {where} {hw.name} GPUs. {need} "
+                          f"({request.engine} engine).", gpus_needed=needed, field="seq_length",
+                          fix=f"use a sequence length that is a multiple of {SPLITTABLE}, e.g. {rounded}"
+                              + ("" if gpus is None else f", with {gpus_option(gpus, request)}"))
     return Impossible(f"{request.model.id} ({request.goal}, seq {request.seq_length}, global batch "
                       f"{request.global_batch_size}) does not fit on {request.world_size} x {hw.name} at any layout: "
                       f"{why}. {need} ({request.engine} engine).", gpus_needed=needed, field="gpus",

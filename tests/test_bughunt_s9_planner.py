@@ -217,3 +217,17 @@ def test_an_uneven_pipeline_outside_a_falling_back_table_is_said():
     [finding] = [f for f in validate_text(_megatron("glm-45v", 4, 12, gpus=128), "c.yaml").findings
                  if f.code == "RA-L019"]
     assert "leaves the layout unset" in finding.message and "46 decoder layers" in finding.message
+
+
+@pytest.mark.parametrize("gpus, where", [(32, "fit on these 32 h100 GPUs"), (16, "fit on 32 h100 GPUs")])
+def test_a_length_cp_and_sp_cannot_split_is_named_as_what_stands_in_the_way(gpus, where):
+    """Bug hunt s9d #4: 131,070 tokens (2 x 3 x 5 x 17 x 257) sent users to 15,360 GPUs; 131,072 fit on 32."""
+    from service.recommend import Impossible, recommend
+
+    with pytest.raises(Impossible) as err:
+        recommend("llama3-70b", gpus, "h100", seq_length=131070)
+    assert err.value.field == "seq_length"
+    assert f"131072 tokens {where}" in str(err.value) and "e.g. 131072" in err.value.fix
+    with pytest.raises(Impossible) as err:
+        recommend("llama3-70b", 8, "h100", seq_length=131072)  # a splittable length: the GPU count it is
+    assert err.value.field == "gpus" and err.value.gpus_needed == 32
