@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.facts import Layout  # noqa: E402
 from service.memory import estimate_memory, model_shape, usable_memory_gib  # noqa: E402
-from service.planner import (facts_for, layout_strings, make_request, micro_batch_sizes, plan,  # noqa: E402
+from service.planner import (facts_for, explicit_layouts, make_request, micro_batch_sizes, plan,  # noqa: E402
                              recomputes, shardings, structures)
 from service.steptime import estimate_step_time  # noqa: E402
 from service.validate import check_layout  # noqa: E402
@@ -35,7 +35,7 @@ def naive_plan(request):
     """Every candidate evaluated independently: rules, memory and step time from scratch."""
     shape = model_shape(request.model)
     usable = usable_memory_gib(request.hardware.memory_gib)
-    strings = request.engine == "megatron" and layout_strings(request.model.id)
+    strings = request.engine == "megatron" and explicit_layouts(request.model.id)
     best = None
     count = 0
     for structure in structures(request, shape):

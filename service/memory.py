@@ -45,7 +45,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from service import constants as C
 from service.facts import Layout
-from service.rules.sizes import placed_by_string, stage_split
+from service.rules.sizes import stage_split
 # The per-model view lives in service.memory_shape; its names are part of this module's interface.
 from service.memory_shape import ActivationBytes, ModelShape, adapter_params, model_shape  # noqa: F401
 
@@ -177,14 +177,14 @@ class MemoryModel:
     def __init__(self, shape: ModelShape, *, world_size: int, seq_length: int, engine: str = "megatron",
                  peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
                  lora_rank: int | None = None, grad_reduce_dtype: str = "fp32",
-                 explicit_layout: bool | frozenset = False):
+                 explicit_layout: bool = False):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {GRAD_REDUCE_DTYPES}, got {grad_reduce_dtype!r}")
         self.shape, self.world_size, self.seq = shape, world_size, seq_length
         self.engine, self.peft = engine, peft
-        self.explicit_layout = explicit_layout  # the pipelines a layout string places (sizes.placed_by_string)
+        self.explicit_layout = explicit_layout  # Bridge layout strings place its pipelines (stage_split)
         # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
         # whenever the LM head is not tensor-parallel; fused_loss=False models the plain loss (torchtitan).
         self.fused_loss = fused_loss
@@ -210,7 +210,7 @@ class MemoryModel:
         bytes: the first (embedding, the most micro batches in flight), the last (LM head and logits),
         and a middle one where Megatron's split gives it more layers (``stage_split``). One stage
         without pipeline parallelism."""
-        split = stage_split(self.shape.layers, pp, vp, placed_by_string(self.explicit_layout, pp, vp))
+        split = stage_split(self.shape.layers, pp, vp, self.explicit_layout)
         key = (tp, pp, split, cp, ep, etp, sharding)  # VP matters only through the split
         hit = self._states.get(key)
         if hit is not None:
@@ -416,7 +416,7 @@ def estimate_memory(shape: ModelShape, layout: Layout, *, world_size: int, seq_l
                     num_microbatches: int = 1, sharding: str = "optimizer", engine: str = "megatron",
                     peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
                     lora_rank: int | None = None, grad_reduce_dtype: str = "fp32",
-                    explicit_layout: bool | frozenset = False) -> MemoryEstimate:
+                    explicit_layout: bool = False) -> MemoryEstimate:
     """One-off estimate (the planner keeps a :class:`MemoryModel` to share work across layouts)."""
     model = MemoryModel(shape, world_size=world_size, seq_length=seq_length, engine=engine, peft=peft, cpu=cpu,
                         precision=precision, fused_loss=fused_loss, lora_rank=lora_rank,

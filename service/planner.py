@@ -29,7 +29,7 @@ from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
 from service.rules.layout import megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout, sequence_parallel_splits
-from service.rules.sizes import divisors, placed_by_string
+from service.rules.sizes import divisors
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
 from trainer.config import MIN_SEQ_LENGTH
@@ -272,19 +272,14 @@ def _allowed(engine: str, capability: str) -> bool:
 @lru_cache(maxsize=256)
 def explicit_layouts(model_id: str) -> bool:
     """Whether the model's Megatron recipes place layers with an explicit pipeline layout (their
-    layout builders accept uneven PP x VP splits: reference/mbridge_rules.md section 3g)."""
+    layout builders accept uneven PP x VP splits: reference/mbridge_rules.md section 3g). Such a layout
+    string balances the embedding and the loss with the decoder layers, so the memory and step-time
+    models size its stages evenly (``explicit_layout``); NVIDIA's performance recipes write one for
+    any (PP, VP), the library recipes only for the pairs of their table (RA-L019)."""
     for entry in list_recipes(kind="library") + list_recipes(kind="benchmark"):
         if entry.model == model_id and "pipeline_layout:" in entry.path.read_text(encoding="utf-8"):
             return True
     return False
-
-
-def layout_strings(model_id: str) -> Union[bool, frozenset]:
-    """Which pipelines of the model a Bridge layout string places, balancing the embedding and the loss
-    with the decoder layers: every pipeline (True) of a model whose recipes carry explicit layouts
-    (NVIDIA's performance recipes write one for any (PP, VP), e.g. DeepSeek-V3 PP 2 x VP 8, beyond the
-    library builders' tables: RA-L019), else none (False)."""
-    return explicit_layouts(model_id)
 
 
 def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
@@ -322,8 +317,7 @@ def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
         eps = [e for e in divisors(shape.experts) if world % e == 0]
     use_vp = _allowed(engine, "virtual_pipeline")
     use_sp = _allowed(engine, "sequence_parallel")
-    strings = engine == "megatron" and layout_strings(req.model.id)
-    explicit = strings is True
+    explicit = engine == "megatron" and explicit_layouts(req.model.id)
 
     def placeable(pp: int, vp: int) -> bool:
         return (explicit and pp * vp <= min(layers, C.MAX_EXPLICIT_LAYOUT_STAGES)) or _splits(layers, pp, vp)
@@ -390,7 +384,7 @@ class _Estimators:
     def __init__(self, request: PlanRequest, shape: ModelShape):
         req = request
         cpu = req.hardware.arch == "cpu"
-        explicit = req.engine == "megatron" and layout_strings(req.model.id)
+        explicit = req.engine == "megatron" and explicit_layouts(req.model.id)
         self.memory = MemoryModel(shape, world_size=req.world_size, seq_length=req.seq_length,
                                   engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision,
                                   grad_reduce_dtype=req.grad_reduce_dtype, explicit_layout=explicit)
@@ -404,8 +398,7 @@ def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
     """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
     req = request
     extra = {"planner": True}
-    if req.engine == "megatron" and needs_explicit_layout(req, layout) and placed_by_string(
-            layout_strings(req.model.id), layout.pp, layout.vp_or_1):
+    if req.engine == "megatron" and needs_explicit_layout(req, layout) and explicit_layouts(req.model.id):
         extra["pipeline_layout"] = "explicit"
     return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,
                  gpus_per_node=req.gpus_per_node, global_batch_size=req.global_batch_size,

@@ -19,7 +19,7 @@ from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service.changes import diff, effective
 from service.launch_commands import DATASET_PRESET
-from service.planner import PlannedLayout, layout_strings, needs_explicit_layout, placed_by_string
+from service.planner import PlannedLayout, explicit_layouts, needs_explicit_layout
 from service.request_overrides import COUNT_KEYS, REQUEST_KEYS
 from service.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
 from service.yamlio import OverrideError, apply_overrides, load_yaml
@@ -67,7 +67,7 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
             "sequence_parallel": lay.sp, "activation_checkpointing": lay.recompute,
             "grad_reduce_dtype": req.grad_reduce_dtype}
     if engine == "megatron":
-        explicit = needs_explicit_layout(req, lay) and placed_by_string(layout_strings(req.model.id), lay.pp, lay.vp_or_1)
+        explicit = needs_explicit_layout(req, lay) and explicit_layouts(req.model.id)
         dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
         dist["use_distributed_optimizer"] = row.sharding in ("optimizer", "full")
         dist["use_megatron_fsdp"] = True if row.sharding == "full" else None

@@ -45,7 +45,7 @@ from recipe_index.cards import HardwareCard
 from service import constants as C
 from service.facts import Layout
 from service.memory import ModelShape, adapter_params
-from service.rules.sizes import placed_by_string, stage_split
+from service.rules.sizes import stage_split
 
 ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
 
@@ -135,9 +135,9 @@ class StepTimeModel:
     def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
                  global_batch_size: int, precision: str = "bf16", engine: str = "megatron",
                  grad_reduce_dtype: str = "fp32", peft: bool = False,
-                 explicit_layout: bool | frozenset = False):
+                 explicit_layout: bool = False):
         self.shape, self.hw = shape, hardware
-        self.explicit_layout = explicit_layout  # the pipelines a layout string places (sizes.placed_by_string)
+        self.explicit_layout = explicit_layout  # Bridge layout strings place its pipelines (stage_split)
         self.peft, self.passes = peft, gemm_passes(peft)
         self.adapters = adapter_params(shape, engine) if peft else 0.0
         self.world_size, self.seq, self.gbs = world_size, seq_length, global_batch_size
@@ -280,7 +280,7 @@ class StepTimeModel:
         if hit is None:
             layers = self.shape.layers
             dp = self.world_size // (tp * pp * cp)
-            split = stage_split(layers, pp, vp, placed_by_string(self.explicit_layout, pp, vp))
+            split = stage_split(layers, pp, vp, self.explicit_layout)
             fraction = max(split) / layers
             pp_bw, pp_lat = self._link(2, self.world_size // pp) if pp > 1 else (1.0, 0.0)  # to the next stage
             first, second, optimizer_s = self._dp_costs(tp, pp, cp, ep, etp, sharding, dp, fraction)
@@ -300,7 +300,7 @@ class StepTimeModel:
         # the LM head and loss (all on it unless the split counts the loss as a layer, which stage_split
         # does by giving that stage one layer fewer). A layout string balances the head with the layers.
         per_layer = mb.layer_s + (mb.tp_s + mb.cp_s + mb.ep_s) / layers
-        if placed_by_string(self.explicit_layout, pp, vp):
+        if self.explicit_layout and pp > 1:
             head_layers = mb.head_s / mb.layer_s if mb.layer_s > 0 else 0.0
             on_stage, head_s = max(first, math.ceil((layers + head_layers) / pp)), 0.0
         else:
@@ -399,7 +399,7 @@ def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout
                        seq_length: int, global_batch_size: int, precision: str = "bf16",
                        sharding: str = "optimizer", engine: str = "megatron",
                        grad_reduce_dtype: str = "fp32", peft: bool = False,
-                       explicit_layout: bool | frozenset = False) -> StepTime:
+                       explicit_layout: bool = False) -> StepTime:
     """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
     model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
                           global_batch_size=global_batch_size, precision=precision, engine=engine,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from math import isqrt
-from typing import Optional, Union
+from typing import Optional
 
 from service.facts import Facts
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -80,12 +80,6 @@ def _balanced_edges(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
         if middle_stages == 0:
             break
     return None if best is None else best[1]
-
-
-def placed_by_string(strings: Union[bool, frozenset], pp: int, vp: int) -> bool:
-    """Whether a pipeline of PP x VP stages is placed by a Bridge layout string: ``strings`` is True
-    (every pipeline of the model), the (PP, VP) pairs of its recipe's layout table, or False."""
-    return pp > 1 and (strings is True or (isinstance(strings, frozenset) and (pp, vp) in strings))
 
 
 @lru_cache(maxsize=4096)
