@@ -170,8 +170,8 @@ def run_recommend(values: dict, config_path: str = "config.yaml") -> Recommendat
         outer, inner = pair
         raise client_error(400, f"overrides set both {outer!r} and {inner!r}, which lies inside it: a JSON object's "
                                 "key order is not kept by every client, so which one wins would be left to chance; "
-                                f"give {inner!r} inside the {outer!r} value (a YAML mapping in a string), or only one of the two",
-                           "overrides")
+                                f"give {inner!r} inside the {outer!r} value (a YAML mapping in a string), or only "
+                                "one of the two", "overrides")
     try:
         rec = recommend(
             lookup_model(values["model"]), values["gpus"], values["gpu_type"], nodes=values["nodes"],

@@ -14,16 +14,16 @@ if TYPE_CHECKING:
 def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int,
                 unlaunchable: Callable[[Layout], bool]) -> tuple:
     """Among layouts the estimates cannot tell apart: first those the recipe can launch as written
-    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), no CP unless the context is long (seed: CP
-    is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
+    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), no CP unless the
+    context is long (seed: CP is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
     placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
     collectives on every layer and stays in the node), memory headroom (a layout above
     MEMORY_COMFORT_FRACTION of the GPU risks allocator retries and fragmentation growth over a long
     run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
     (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
     lay = row.structure
-    return (unlaunchable(lay), 0 if long_context else lay.cp, lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp,
-            row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
+    return (unlaunchable(lay), 0 if long_context else lay.cp,
+            lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp, row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
 
 

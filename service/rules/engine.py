@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from service.facts import Facts
+from service.memory_shape import model_shape
 from service.rules.registry import Violation, config_rule, layout_rule
 from service.rules.sizes import bundled
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -88,17 +89,13 @@ def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
                      "use precision: bf16")
 
 
-def _weight_bytes(f: Facts, expert_shards: int = 1) -> Optional[float]:
+def _weight_bytes(f: Facts, expert_shards: int = 1) -> float:
     """The model's weights on one GPU when only EP x ETP (``expert_shards``) splits them: every dense
-    weight, and that share of the routed experts."""
-    try:
-        from recipe_index import param_counts
-    except ImportError:
-        return None
-    counts = param_counts(f.model)
-    routed = counts.per_expert * f.model.num_experts * counts.num_moe_layers
+    weight, and that share of the routed experts (the memory model's parameter split)."""
+    shape = model_shape(f.model)
+    routed = shape.layer_expert_params
     bytes_per = 4 if f.precision == "fp32" and not f.peft else 2
-    return (counts.total - routed + routed / expert_shards) * bytes_per
+    return (shape.total_params - routed + routed / expert_shards) * bytes_per
 
 
 def _weights_shard_over_dp(f: Facts) -> bool:
@@ -123,7 +120,7 @@ def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
         return None
     expert_shards = lay.ep * lay.etp if lay.ep > 1 else 1
     weights = _weight_bytes(f, expert_shards)
-    if weights is None or weights <= hw.memory_gib * GIB:
+    if weights <= hw.memory_gib * GIB:
         return None
     need = int(-(-_weight_bytes(f) // (hw.memory_gib * GIB * 0.6)))
     kept = ("a whole copy" if expert_shards == 1 else

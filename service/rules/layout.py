@@ -264,7 +264,8 @@ def _long_context_steps(f: Facts) -> list[str]:
 
 # Recipes whose layout builder knows only a fixed table of (PP, VP) pairs (reference/mbridge_rules.md 3g,
 # recipes/<family>/h100/*.py), keyed by the index's model id. The builders raise ValueError for another
-# pair, except DeepSeek-V3's setter, which leaves the layout unset (Megatron's own split rules apply).
+# pair, except DeepSeek-V3's and GLM-4.5V's setters, which leave the layout unset (Megatron's own split
+# rules apply: LAYOUT_TABLE_FALLS_BACK).
 PIPELINE_LAYOUT_TABLES = {
     "deepseek-v3": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)}),
     "kimi-k2": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}),

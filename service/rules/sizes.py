@@ -85,8 +85,8 @@ def _balanced_edges(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
 @lru_cache(maxsize=4096)
 def stage_split(layers: int, pp: int, vp: int = 1, explicit: bool = False) -> tuple[int, int, int]:
     """Decoder layers on (the first, each middle (0 when PP is 2), the last) pipeline stage, as Megatron
-    places them: even when PP x VP divides the layers; else the split ``megatron_split`` prescribes (the embedding
-    and/or the loss counted as a layer, or uneven first and last stages). A model placed by an explicit
+    places them: even when PP x VP divides the layers; else the split ``megatron_split`` prescribes
+    (the embedding and/or the loss counted as a layer, or uneven first and last stages). A model placed by an explicit
     layout string (``explicit``: its recipes' layout builders balance the embedding and the loss with
     the decoder layers), or one no split fits, gets ceil(layers / PP) everywhere. The memory and
     step-time models size the stages from it: an uneven split can put several times the average on
