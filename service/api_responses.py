@@ -209,10 +209,18 @@ class LayoutOut(_Response):
         examples=["optimizer"],
     )
     memory_gib: MemoryBreakdown = Field(description="Estimated memory per GPU by kind, GiB.")
+    memory_stage: str = Field(
+        description="The pipeline stage memory_gib describes, the one that needs the most: first, middle, last, "
+                    "or only (no pipeline).", examples=["only"])
     fits: bool = Field(description="Whether the total fits the GPU with headroom.", examples=[True])
     step_time_s: float = Field(description="Estimated seconds per optimizer step.", examples=[2.31])
     tokens_per_s_per_gpu: float = Field(description="Estimated training tokens per second per GPU.", examples=[7100.0])
     mfu: float = Field(description="Model FLOPs utilisation, 0-1.", examples=[0.42])
+    needs_pipeline_layout_string: bool = Field(
+        description="True when Megatron Bridge's library recipe cannot place this (PP, VP) itself (its layout "
+                    "table lacks the pair, RA-L019): `run_recipe.py --recipe` needs "
+                    "model.pipeline_model_parallel_layout written by hand. Always false on the bundled engine.",
+        examples=[False])
 
 
 class PlanHardware(_Response):

@@ -118,7 +118,8 @@ def format_text(result: Plan, top: Optional[int]) -> str:
         lines.append(f"{i:>3} {lay.tp:>3} {lay.pp:>3} {lay.vp or '-':>3} {lay.cp:>3} {lay.ep:>4} {lay.etp:>3} "
                      f"{row.dp:>5} {lay.micro_batch_size:>3} {row.grad_accumulation_steps:>5} {lay.recompute:<9} "
                      f"{row.sharding:<9} {gib_text(row.memory.total):>7} {t.step_time_s:>8.2f} "
-                     f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit"))
+                     f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit")
+                     + ("  needs a layout string (RA-L019)" if row.needs_layout_string else ""))
     not_fitting = [i for i, r in enumerate(rows, 1) if not r.fits]
     if not_fitting:  # about those rows only: others above may fit
         first = not_fitting[0]

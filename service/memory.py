@@ -57,13 +57,15 @@ PUBLISHED_DIGITS = 2  # decimals of the memory figures the JSON answers publish 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """GiB per GPU, on the pipeline stage that needs the most."""
+    """GiB per GPU, on the pipeline stage that needs the most (``stage``: first, middle, last, or only
+    when there is no pipeline)."""
 
     weights: float
     grads: float
     optimizer: float
     activations: float
     other: float
+    stage: str = "only"
 
     @property
     def total(self) -> float:
@@ -342,6 +344,11 @@ class MemoryModel:
 
     def parts(self, layout: Layout, sharding: str, num_microbatches: int) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, activations) bytes on the pipeline stage that needs the most."""
+        stage, acts = self._fullest_stage(layout, sharding, num_microbatches)
+        return stage.weights, stage.grads, stage.optimizer, acts
+
+    def _fullest_stage(self, layout: Layout, sharding: str, num_microbatches: int) -> tuple[Stage, float]:
+        """The pipeline stage that needs the most memory, and its activation bytes."""
         lay = layout
         tp, pp = lay.tp, lay.pp
         stages = self.state_bytes(tp, pp, lay.cp, lay.ep, lay.etp, sharding, lay.vp or 1)
@@ -357,7 +364,7 @@ class MemoryModel:
             if best is None or stage.state_total + acts > best[0]:
                 best = (stage.state_total + acts, stage, acts)
         _, stage, acts = best
-        return stage.weights, stage.grads, stage.optimizer, acts
+        return stage, acts
 
     def totals(self, structure: Layout, sizes: list[tuple[int, int]], shardings: tuple[str, ...],
                recomputes: tuple[str, ...]) -> list[list[float]]:
@@ -406,10 +413,11 @@ class MemoryModel:
         """
         if (self.engine, sharding) not in STATE_BYTES:
             raise ValueError(f"sharding {sharding!r} is not available on the {self.engine} engine")
-        w, g, o, a = self.parts(layout, sharding, num_microbatches)
+        stage, a = self._fullest_stage(layout, sharding, num_microbatches)
+        w, g, o = stage.weights, stage.grads, stage.optimizer
         other = self.runtime_bytes + C.FRAGMENTATION_FRACTION * (w + g + o + a)
         gib = C.GIB
-        return MemoryEstimate(w / gib, g / gib, o / gib, a / gib, other / gib)
+        return MemoryEstimate(w / gib, g / gib, o / gib, a / gib, other / gib, stage.role)
 
 
 def estimate_memory(shape: ModelShape, layout: Layout, *, world_size: int, seq_length: int,

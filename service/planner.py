@@ -6,9 +6,8 @@ micro batch for the world size; prune with the same layout rules ``validate`` ru
 it fit (recompute none / selective / full, and how data parallelism shards the training
 state); estimate memory and step time; rank the layouts that fit, with headroom, by
 tokens/s per GPU (estimates within ESTIMATE_TIE_TOLERANCE, the model's own error, are a tie
-broken by the seed's preferences: no CP below 8K, no stage thinner than 4 layers, smaller TP,
-memory headroom, no PP without VP, larger EP). Layouts that fit nowhere stay in the list (after
-the fitting ones) with the memory that rules them out, so a user can see why.
+broken by the seed's preferences: ``service.ranking``). Layouts that fit nowhere stay in the list
+(after the fitting ones) with the memory that rules them out, so a user can see why.
 
 ``--engine megatron`` may use every dimension; ``--engine bundled`` only what
 ``trainer/capabilities.py`` declares (the bundled trainer grows, the planner follows).
@@ -18,17 +17,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Iterator, Optional, Union
 
-from recipe_index import get_hardware, list_recipes, resolve_model
+from recipe_index import get_hardware, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
 from service import constants as C
 from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
-from service.rules.layout import megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout, sequence_parallel_splits
+from service.rules.layout import (explicit_layouts, megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout,
+                                  sequence_parallel_splits)
 from service.rules.sizes import divisors
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
@@ -101,16 +100,10 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                  packed_sequence: bool = False) -> PlanRequest:
     """A PlanRequest from user-facing names. Raises UnknownModelError / UnknownHardwareError
     (with suggestions) for unknown names and PlanError for bad values."""
-    if goal not in GOALS:
-        raise PlanError(f"unknown goal {goal!r}", field="goal", fix=f"use one of {', '.join(GOALS)}")
-    if engine not in ENGINES:
-        raise PlanError(f"unknown engine {engine!r}", field="engine", fix=f"use one of {', '.join(ENGINES)}")
-    if precision not in PRECISIONS:
-        raise PlanError(f"unknown precision {precision!r}", field="precision",
-                        fix=f"use one of {', '.join(PRECISIONS)}")
-    if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
-        raise PlanError(f"unknown grad_reduce_dtype {grad_reduce_dtype!r}", field="grad_reduce_dtype",
-                        fix=f"use one of {', '.join(GRAD_REDUCE_DTYPES)}")
+    for name, value, known in (("goal", goal, GOALS), ("engine", engine, ENGINES), ("precision", precision, PRECISIONS),
+                               ("grad_reduce_dtype", grad_reduce_dtype, GRAD_REDUCE_DTYPES)):
+        if value not in known:
+            raise PlanError(f"unknown {name} {value!r}", field=name, fix=f"use one of {', '.join(known)}")
     for name, value in (("gpus", gpus), ("nodes", nodes), ("seq_length", seq_length),
                         ("global_batch_size", global_batch_size)):
         least = MIN_SEQ_LENGTH if name == "seq_length" else 1
@@ -185,6 +178,10 @@ class PlannedLayout:
         return self._time
 
     @property
+    def needs_layout_string(self) -> bool:
+        return self._estimators.needs_layout_string(self.structure)
+
+    @property
     def key(self) -> tuple:
         lay = self.structure
         return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, self.micro_batch_size)
@@ -200,12 +197,14 @@ class PlannedLayout:
             "grad_accumulation_steps": self.grad_accumulation_steps, "recompute": lay.recompute,
             "sharding": self.sharding,
             "memory_gib": self.memory.as_dict(),
+            "memory_stage": self.memory.stage,
             "fits": self.fits,
             # Significant digits, not decimals: a tiny model's step is under a millisecond and its
             # throughput in the millions, a CPU's a few tokens/s; both must multiply back to the batch.
             "step_time_s": _significant(t.step_time_s),
             "tokens_per_s_per_gpu": _significant(t.tokens_per_s_per_gpu),
             "mfu": round(t.mfu, 4),
+            "needs_pipeline_layout_string": self.needs_layout_string,
         }
 
 
@@ -241,7 +240,8 @@ class Plan:
 
     def why_not_fitting(self, row: PlannedLayout) -> str:
         m = row.memory
-        return (f"needs {m.total:.1f} GiB per GPU (weights {m.weights:.1f}, grads {m.grads:.1f}, optimizer "
+        where = "" if m.stage == "only" else f" on its {m.stage} pipeline stage"
+        return (f"needs {m.total:.1f} GiB per GPU{where} (weights {m.weights:.1f}, grads {m.grads:.1f}, optimizer "
                 f"{m.optimizer:.1f}, activations {m.activations:.1f}, other {m.other:.1f}) even with "
                 f"recompute={row.layout.recompute} and sharding={row.sharding}; {self.request.hardware.name} "
                 f"offers {self.usable_gib:.1f} GiB after {C.MEMORY_HEADROOM_FRACTION:.0%} headroom")
@@ -267,19 +267,6 @@ class Plan:
 
 def _allowed(engine: str, capability: str) -> bool:
     return engine == "megatron" or bool(CAPABILITIES.get(capability))
-
-
-@lru_cache(maxsize=256)
-def explicit_layouts(model_id: str) -> bool:
-    """Whether the model's Megatron recipes place layers with an explicit pipeline layout (their
-    layout builders accept uneven PP x VP splits: reference/mbridge_rules.md section 3g). Such a layout
-    string balances the embedding and the loss with the decoder layers, so the memory and step-time
-    models size its stages evenly (``explicit_layout``); NVIDIA's performance recipes write one for
-    any (PP, VP), the library recipes only for the pairs of their table (RA-L019)."""
-    for entry in list_recipes(kind="library") + list_recipes(kind="benchmark"):
-        if entry.model == model_id and "pipeline_layout:" in entry.path.read_text(encoding="utf-8"):
-            return True
-    return False
 
 
 def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
@@ -392,6 +379,12 @@ class _Estimators:
                                   global_batch_size=req.global_batch_size, precision=req.precision,
                                   engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype, peft=req.peft,
                                   explicit_layout=explicit)
+        self._model_id, self._layers, self._megatron = req.model.id, shape.layers, req.engine == "megatron"
+
+    def needs_layout_string(self, structure: Layout) -> bool:
+        """Whether Bridge's library recipe cannot place this pipeline itself (RA-L019; last among ties)."""
+        return self._megatron and needs_unwritten_layout(self._model_id, self._layers, structure.pp,
+                                                         structure.vp_or_1)
 
 
 def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
@@ -485,14 +478,9 @@ def plan(request: PlanRequest) -> Plan:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
     comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
-
-    def unlaunchable(lay: Layout) -> bool:
-        return request.engine == "megatron" and needs_unwritten_layout(request.model.id, shape.layers, lay.pp,
-                                                                       lay.vp_or_1)
-
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
                                               comfortable_gib=comfortable, layers=shape.layers,
-                                              unlaunchable=unlaunchable),
+                                              unlaunchable=est.needs_layout_string),
                 structures=count, rejections=rejections)
 
 

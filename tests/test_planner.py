@@ -18,7 +18,8 @@ from service.validate import check_layout
 from trainer.capabilities import CAPABILITIES
 
 LAYOUT_KEYS = {"tp", "pp", "vp", "cp", "ep", "etp", "dp", "sp", "micro_batch_size", "grad_accumulation_steps",
-               "recompute", "sharding", "memory_gib", "fits", "step_time_s", "tokens_per_s_per_gpu", "mfu"}
+               "recompute", "sharding", "memory_gib", "memory_stage", "fits", "step_time_s", "tokens_per_s_per_gpu",
+               "mfu", "needs_pipeline_layout_string"}
 
 
 @pytest.fixture(scope="module")

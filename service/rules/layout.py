@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from functools import lru_cache
 from math import lcm
 from typing import Optional
 
-from recipe_index import list_hardware
+from recipe_index import list_hardware, list_recipes
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
 from service.rules.sizes import bundled, cp_sizes, divisors, larger_tp, megatron_split, tp_domain
@@ -292,6 +293,19 @@ def needs_unwritten_layout(model_id: str, layers: int, pp: int, vp: int) -> bool
     if table is None or pp == 1 or (pp, vp) in table:
         return False
     return pipeline_pair_refused(model_id, pp, vp) or layers % (pp * vp) != 0
+
+
+@lru_cache(maxsize=256)
+def explicit_layouts(model_id: str) -> bool:
+    """Whether the model's Megatron recipes place layers with an explicit pipeline layout (their
+    layout builders accept uneven PP x VP splits: reference/mbridge_rules.md section 3g). Such a layout
+    string balances the embedding and the loss with the decoder layers, so the memory and step-time
+    models size its stages evenly (``explicit_layout``); NVIDIA's performance recipes write one for
+    any (PP, VP), the library recipes only for the pairs of their table (RA-L019)."""
+    for entry in list_recipes(kind="library") + list_recipes(kind="benchmark"):
+        if entry.model == model_id and "pipeline_layout:" in entry.path.read_text(encoding="utf-8"):
+            return True
+    return False
 
 
 # A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as
