@@ -3,15 +3,16 @@
 Request bodies forbid unknown keys, so a typo (``gpu-type`` for ``gpu_type``) is a 422 naming the
 key instead of a silently ignored field, and are strict about types: ``"gpus": "8"``, ``true`` or
 ``8.5`` is a 422 naming ``gpus``, not a value pydantic's lax mode converts (the web form, whose
-values are all text, validates the same model in lax mode). Bodies mirror the CLI flags
-(DESIGN.md, "HTTP").
+values are all text, validates the same model in lax mode). A whole number written as a float
+(``8.0``) is that integer: JSON Schema's ``integer``, which the OpenAPI schema promises, includes it,
+and some clients write every number so. Bodies mirror the CLI flags (DESIGN.md, "HTTP").
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from service import constants as C
 from service.planner import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LENGTH
@@ -22,6 +23,14 @@ ENGINE = Literal["bundled", "megatron"]
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4"]
 GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
+
+
+def _whole_number(value: Any) -> Any:
+    """8.0 -> 8 (JSON Schema counts it an integer); 8.5, "8" and true stay what strict mode refuses."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+WholeInt = Annotated[int, BeforeValidator(_whole_number)]
 
 # Request bounds: generous for real clusters, small enough that one request stays cheap.
 MAX_NAME = 256
@@ -46,7 +55,7 @@ class ValidateRequest(_Request):
         max_length=1 << 20,
         examples=["distributed:\n  tp_size: 3\nhardware:\n  gpu_type: h100\n  gpus_per_node: 8\n"],
     )
-    gpus: Optional[int] = Field(
+    gpus: Optional[WholeInt] = Field(
         default=None,
         ge=1,
         le=MAX_GPUS,
@@ -63,7 +72,7 @@ class ValidateRequest(_Request):
         description="GPU type (a name from GET /v1/hardware; overrides `hardware.gpu_type`).",
         examples=["h100"],
     )
-    nodes: Optional[int] = Field(
+    nodes: Optional[WholeInt] = Field(
         default=None,
         ge=1,
         le=MAX_NODES,
@@ -92,7 +101,7 @@ class PlanBody(_Request):
         description="Bundled model id, alias or Hugging Face id of a bundled model (GET /v1/models).",
         examples=["llama3-8b"],
     )
-    gpus: int = Field(
+    gpus: WholeInt = Field(
         ge=1,
         le=MAX_GPUS,
         description=(
@@ -104,9 +113,9 @@ class PlanBody(_Request):
     gpu_type: str = Field(
         min_length=1, max_length=MAX_NAME, description="GPU type (GET /v1/hardware).", examples=["h100"]
     )
-    nodes: Optional[int] = Field(default=None, ge=1, le=MAX_NODES, description="Number of nodes.", examples=[1])
+    nodes: Optional[WholeInt] = Field(default=None, ge=1, le=MAX_NODES, description="Number of nodes.", examples=[1])
     goal: GOAL = Field(default="pretrain", description="pretrain, sft (full fine-tune) or peft (LoRA).", examples=["pretrain"])
-    seq_length: Optional[int] = Field(
+    seq_length: Optional[WholeInt] = Field(
         default=None,
         ge=MIN_SEQ_LENGTH,
         le=MAX_SEQ_LENGTH,
@@ -115,7 +124,7 @@ class PlanBody(_Request):
         f"{_fallback(DEFAULT_SEQ_LENGTH)}, capped by the model's context.",
         examples=[8192],
     )
-    global_batch_size: Optional[int] = Field(
+    global_batch_size: Optional[WholeInt] = Field(
         default=None,
         ge=1,
         le=MAX_GLOBAL_BATCH,
@@ -138,7 +147,7 @@ class PlanBody(_Request):
         description="`megatron` may use every parallel dimension; `bundled` only what the bundled trainer runs.",
         examples=["megatron"],
     )
-    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many layouts to return, best first.", examples=[5])
+    top: WholeInt = Field(default=5, ge=1, le=MAX_TOP, description="How many layouts to return, best first.", examples=[5])
 
 
 # ---------------------------------------------------------------- recommend
@@ -150,7 +159,7 @@ OverrideValue = Optional[Union[bool, int, float, str]]
 class RecommendBody(PlanBody):
     """What to recommend for; the fields of `recipe-advisor recommend`."""
 
-    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many runner-up layouts to return.", examples=[5])
+    top: WholeInt = Field(default=5, ge=1, le=MAX_TOP, description="How many runner-up layouts to return.", examples=[5])
     overrides: dict[Annotated[str, StringConstraints(pattern=_OVERRIDE_KEY, max_length=128)], OverrideValue] = Field(
         default_factory=dict,
         max_length=64,

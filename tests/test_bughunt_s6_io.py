@@ -145,7 +145,7 @@ def test_a_json_body_that_is_not_utf8_names_the_body(client):
 
 
 @pytest.mark.parametrize("route", ["/v1/plan", "/v1/recommend"])
-@pytest.mark.parametrize("field, value", [("gpus", "8"), ("gpus", True), ("gpus", 8.5), ("gpus", 8.0),
+@pytest.mark.parametrize("field, value", [("gpus", "8"), ("gpus", True), ("gpus", 8.5), ("gpus", 8.25e4),
                                           ("seq_length", "4096"), ("top", "3"), ("nodes", False)])
 def test_request_numbers_are_strict_and_the_error_names_the_field(client, route, field, value):
     response = client.post(route, json={**REQUEST, field: value})
@@ -157,6 +157,15 @@ def test_v1_validate_json_body_is_strict_too(client):
     response = client.post("/v1/validate", json={"yaml": "a: 1\n", "gpus": "8"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "gpus"]
+
+
+@pytest.mark.parametrize("route", ["/v1/plan", "/v1/recommend"])
+def test_a_whole_number_written_as_a_float_is_that_integer(client, route):
+    """Bug hunt s8b: the OpenAPI schema says `integer`, which JSON Schema (and schemathesis) take 8.0 to be."""
+    as_float = client.post(route, json={**REQUEST, "gpus": 8.0, "top": 2.0})
+    as_int = client.post(route, json={**REQUEST, "gpus": 8, "top": 2})
+    assert as_float.status_code == as_int.status_code == 200
+    assert as_float.json() == as_int.json()
 
 
 def test_json_numbers_and_override_values_still_pass(client):
