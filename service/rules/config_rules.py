@@ -7,6 +7,8 @@ from difflib import get_close_matches
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from recipe_index import get_recipe
+from recipe_index.errors import UnknownRecipeError
 from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
@@ -77,6 +79,17 @@ def _tokens_for(precision: str) -> str:
     return " or ".join(FP8_RECIPES) if precision == "fp8" else precision
 
 
+def _bridge_recipe_precision(name: Optional[str]) -> Optional[str]:
+    """The precision Megatron Bridge's recipe ``name`` really trains in, as the index records it (None when
+    the index does not hold it). A few upstream names say bf16 for an fp8 recipe (mbridge_recipes.json
+    consistency flags: nemotronh_56b_pretrain_8gpu_h100_bf16_config runs fp8cs)."""
+    try:
+        entry = get_recipe(name) if name else None
+    except UnknownRecipeError:
+        return None
+    return entry.precision if entry is not None and entry.megatron_recipe == name else None
+
+
 @config_rule("RA-C005", "warning", "precision", "recipe name's precision matches the config",
              "Bridge naming <model>_<task>_<N>gpu_<hw>_<precision>_config (mbridge_rules 1)")
 def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
@@ -92,6 +105,18 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
     match = PRECISION_TOKEN.search(name or "")
     token = match.group(1) if match else None
     label_precision = precision_of_token(label) if label else None
+    bridge = _bridge_recipe_precision(meta.megatron_recipe)
+    if token and precision_of_token(token) == actual and bridge not in (None, actual):
+        return Violation(f"metadata.megatron_recipe {name} says {token} in its name, but Megatron Bridge's recipe "
+                         f"trains in {bridge} (an upstream naming slip), and this config trains in {actual}: another "
+                         f"experiment than the recipe, which Bridge's command for it would run in {bridge}",
+                         f"set precision: {bridge} to train as Bridge's recipe does; to keep {actual}, Bridge needs "
+                         f"a recipe function of your own whose mixed precision is {actual}")
+    if token and precision_of_token(token) != actual and bridge == actual:
+        return Violation(f"Megatron Bridge's recipe {name} says {token} in its name but trains in {actual} itself "
+                         f"(its precision config{f' is {label}' if label else ''}): this config trains as the recipe "
+                         "does; the name is upstream's", f"none needed; precision: {precision_of_token(token)} would be another "
+                         "experiment than Bridge's recipe", severity="info")
     if token and precision_of_token(token) != actual and meta.megatron_recipe and label_precision == actual:
         # A deliberate change, recorded in the label (recommend --precision): the Bridge recipe stays the base.
         return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe, and this config "
