@@ -290,3 +290,18 @@ def test_train_refuses_an_unreadable_integer_without_a_traceback(tmp_path, capsy
     # bughunt s8b #8: the trainer's loader has the service's limits, so it names the line and the cause
     assert "line 2: a value is an integer with 5,000 digits" in err and "at most 64 bits" in err
     assert "Traceback" not in err
+
+
+# ---- bughunt s8b: a peer's death is one line on the surviving ranks ------------------------------------------
+
+@pytest.mark.parametrize("error, reason", [
+    (RuntimeError("[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:645: Connection reset by peer. "
+                  "This is typically caused by a remote worker hanging"), "Connection reset by peer"),
+    (RuntimeError("NCCL communicator was aborted on rank 3."), "NCCL communicator was aborted"),
+    (RuntimeError("shape mismatch: [4, 8] vs [8, 4]"), ""),
+    (ValueError("Connection reset by peer"), ""),
+])
+def test_a_lost_peer_is_told_from_a_failure_of_the_rank_itself(error, reason):
+    from trainer.dist import lost_peer
+
+    assert lost_peer(error) == reason

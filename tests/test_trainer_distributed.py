@@ -133,6 +133,8 @@ def test_sigkilled_worker_then_restart_ends_with_the_same_losses(tmp_path, fsdp2
     config = write_config(tmp_path)
     killed = run_trainer(config, env={"TRAINER_FAULT_INJECT": "after_step:6:1"})
     assert killed.returncode != 0
+    # The surviving rank says in one line that a peer left, not with a gloo traceback (bughunt s8b).
+    assert "[rank 0] training failed" not in killed.stderr and "pair.cc" not in killed.stderr, killed.stderr[-3000:]
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_4"
     assert max(r["step"] for r in records(ckpt / "training.jsonl")) >= 5, "it died after step 4's checkpoint"

@@ -154,6 +154,22 @@ def fault_point(point: str, step: int, rank: int, env: Mapping[str, str] = os.en
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# What a collective raises on a surviving rank when a peer process died (gloo: "Read error ...: Connection
+# reset by peer"; NCCL: an aborted communicator or a closed remote socket). The rank that died first says
+# why in its own log; the launcher names it.
+_LOST_PEER_MARKERS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                      "remote process exited or there was a network error", "NCCL communicator was aborted")
+
+
+def lost_peer(exc: BaseException) -> str:
+    """How ``exc`` tells this rank that another rank is gone ("" when it is a failure of its own)."""
+    if isinstance(exc, getattr(dist, "DistNetworkError", ())):
+        return type(exc).__name__
+    if not isinstance(exc, RuntimeError):
+        return ""
+    return next((marker for marker in _LOST_PEER_MARKERS if marker in str(exc)), "")
+
+
 def exit_process(code: int, synchronize: bool = True, tear_down: bool = True) -> None:
     """Leave without letting interpreter teardown race the process group (gloo aborts otherwise).
 

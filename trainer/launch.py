@@ -224,7 +224,7 @@ def run(argv: list[str]) -> int:
         return EXIT_CONFIG
 
     from trainer.builders import resolve_target
-    from trainer.dist import check_on_main, init_distributed
+    from trainer.dist import check_on_main, init_distributed, lost_peer
 
     try:
         info = init_distributed(cfg.distributed.backend)
@@ -248,9 +248,14 @@ def run(argv: list[str]) -> int:
         if info.is_main:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except Exception:
+    except Exception as exc:
         if _stop_requested:  # a peer left on the same Ctrl-C first, failing this rank's collective
             return EXIT_INTERRUPTED
+        reason = lost_peer(exc)
+        if reason:  # one line per surviving rank, not a traceback each: the rank that left says why
+            print(f"\n[rank {info.rank}] training stopped: another rank left the job ({reason}); its own log, "
+                  "or its exit code in the launcher's summary, says why", file=sys.stderr)
+            return EXIT_FAILED
         print(f"[rank {info.rank}] training failed:", file=sys.stderr)
         traceback.print_exc()
         return EXIT_FAILED
