@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Optional
 from pydantic import ValidationError
 
 from recipe_index.cards import HardwareCard, ModelCard
+from recipe_index.generate.known_issues import KNOWN_ISSUES
 from service.facts import Facts, Finding, Layout, split_world
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
@@ -252,9 +253,12 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
 
 
 def _mark_known_issues(findings: list[Finding], view: ConfigView) -> None:
-    """Errors a recipe is known to ship with (metadata.known_issues) stay visible, as warnings."""
+    """Errors a shipped Bridge recipe is known to carry stay visible, as warnings: the codes its
+    ``metadata.known_issues`` lists *and* the index's reviewed table records for that recipe name
+    (recipe_index/generate/known_issues.py). A file under review cannot waive its own findings by
+    listing them (bughunt s10a #1: ``known_issues: [RA-S001]`` passed a foreign ``_target_``)."""
     meta = view.config.metadata if view.config else None
-    known = set(meta.known_issues) if meta else set()
+    known = set(meta.known_issues) & set(KNOWN_ISSUES.get(meta.name or "", ())) if meta else set()
     for finding in findings:
         if finding.code in known and finding.severity == "error":
             finding.severity = "warning"
