@@ -15,7 +15,11 @@ Two figures come out:
   precision) measured more than 5 % apart, whether the model says which is faster. This is what the
   planner's ranking needs; the pairs come from different releases, which also differ in software.
 
-    .venv/bin/python benchmarks/step_time_published.py [--verbose]
+    .venv/bin/python benchmarks/step_time_published.py [--verbose] [--split-release 26.02]
+
+``--split-release R`` is the out-of-sample check of the MoE factor (``MOE_MEASURED_STEP_FACTOR``):
+fitted on the MoE records of releases up to R (and those without a release), how close it brings the
+later releases' records.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
 from service.facts import Layout  # noqa: E402
 from service.memory import MemoryModel, model_shape, usable_memory_gib  # noqa: E402
+from service import constants as C  # noqa: E402
 from service.steptime import StepTimeModel  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -150,6 +155,22 @@ def score(records: list[dict]) -> list[dict]:
     return rows
 
 
+def _release(r: dict) -> tuple[int, ...]:
+    return tuple(int(part) for part in (r.get("release") or "0").split("."))
+
+
+def split_check(rows: list[dict], upto: str) -> tuple[float, dict, dict, dict]:
+    """(factor fitted on the MoE records up to release ``upto``, those records, the later ones without a
+    factor, the later ones with the fitted factor): the estimates carry the shipped factor, taken out first."""
+    cut = _release({"release": upto})
+    unscaled = [{**row, "estimate": row["estimate"] * C.MOE_MEASURED_STEP_FACTOR} for row in rows if row["kind"] == "moe"]
+    early = [row for row in unscaled if _release(row["r"]) <= cut]
+    later = [row for row in unscaled if _release(row["r"]) > cut]
+    factor = math.exp(statistics.median(math.log(row["estimate"] / row["measured"]) for row in early))
+    fitted = [{**row, "estimate": row["estimate"] / factor} for row in later]
+    return factor, summarise(early), summarise(later), summarise(fitted)
+
+
 def _line(label: str, s: dict) -> str:
     return (f"| {label} | {s['n']} | {s['median']:.2f} | {s['mean_abs_log']:.2f} | "
             f"{s['within_15']} ({s['within_15'] / s['n']:.0%}) | {s['within_30']} ({s['within_30'] / s['n']:.0%}) |")
@@ -159,6 +180,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--verbose", action="store_true", help="one line per record")
+    ap.add_argument("--split-release", metavar="R", help="fit the MoE factor on releases up to R, score the later ones")
     args = ap.parse_args()
     rows = score(json.loads(args.data.read_text()))
     if args.verbose:
@@ -178,6 +200,11 @@ def main() -> None:
             subset = [x for x in rows if x["r"]["hardware"] == hw and x["kind"] == kind]
             if subset:
                 print(_line(f"{hw} {kind}", summarise(subset)))
+    if args.split_release:
+        factor, early, later, fitted = split_check(rows, args.split_release)
+        print(f"MoE factor fitted on the {early['n']} records up to {args.split_release}: {factor:.2f}; the "
+              f"{later['n']} later records: mean abs log error {later['mean_abs_log']:.3f} -> {fitted['mean_abs_log']:.3f}, "
+              f"within 30 % {later['within_30']} -> {fitted['within_30']} ({fitted['within_30'] / fitted['n']:.1%})")
     agree, total, same_release = pair_order(rows)
     print(f"pair order (two layouts of one request, measured > 5 % apart): the model agrees on {agree} of {total}"
           f" ({same_release} of the pairs from one release)")

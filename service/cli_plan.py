@@ -13,6 +13,7 @@ from service.memory import GRAD_REDUCE_DTYPES, gib_text
 from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
 from service.request_overrides import INTEGER_LIMITS
 from service.sizing import gpus_that_fit
+from trainer.config import MIN_SEQ_LENGTH
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 DEFAULT_TOP = 10
@@ -69,7 +70,8 @@ def check_flag_limits(**values: Optional[int]) -> None:
     for name, value in values.items():
         limit = FLAG_LIMITS[name]
         if value is not None and value > limit:
-            raise PlanError(f"expected an integer from 1 to {limit:,}, got {value}", field=name)
+            least = MIN_SEQ_LENGTH if name == "seq_length" else 1
+            raise PlanError(f"expected an integer from {least} to {limit:,}, got {value}", field=name)
 
 
 def request_from_args(args: argparse.Namespace) -> PlanRequest:

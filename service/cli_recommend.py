@@ -33,7 +33,8 @@ def add_parser(subparsers, name: str) -> None:
                                           "unusable input or an impossible request.")
     add_request_arguments(p)
     p.add_argument("--format", choices=["yaml", "json"], default="yaml",
-                   help="yaml: the config (and, with -o, a summary); json: everything")
+                   help="yaml: the config (and, with -o, a summary); json: the config, layout, estimates, changes, "
+                        "findings and commands (/v1/recommend adds why and other_layouts)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help=f"write the config YAML to FILE; - writes it alone to stdout (the summary to stderr; the "
                         f"commands read {DEFAULT_CONFIG}), not with --format json")

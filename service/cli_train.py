@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def run_argv(argv: list[str]) -> int:
     """Entry from service.cli: everything after `train`."""
     args, overrides = _split(argv)
-    from trainer.checkpoint import check_writable_dir
+    from trainer.checkpoint import check_creatable_dir, check_writable_dir
     from trainer.launch import load_config, preflight
     from trainer.overrides import ConfigError
 
@@ -121,13 +121,18 @@ def run_argv(argv: list[str]) -> int:
     cmd = torchrun_command(args.config, overrides, nproc_per_node=nproc, nnodes=nnodes,
                            node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
     if args.dry_run:
+        try:  # creates nothing: checks that the folder could be created and written
+            check_creatable_dir(Path(cfg.checkpoint.checkpoint_dir))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(shlex.join(cmd))
         return 0
     if importlib.util.find_spec("torch") is None:
         print("error: the trainer needs torch; install it with `pip install 'recipe-advisor[train]'`",
               file=sys.stderr)
         return 2
-    try:  # not in a dry run, which creates nothing; unchecked, the folder would fail only at the first save
+    try:  # unchecked, the folder would fail only at the first save
         check_writable_dir(Path(cfg.checkpoint.checkpoint_dir))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

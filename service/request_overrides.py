@@ -21,7 +21,7 @@ from service import constants as C
 from service.memory import GRAD_REDUCE_DTYPES
 from service.planner import PRECISIONS
 from service.yamlio import OverrideError, parse_overrides
-from trainer.config import section_type, top_level_keys
+from trainer.config import MIN_SEQ_LENGTH, section_type, top_level_keys
 
 # Config key -> (request field, its CLI flag): the config keys `recommend` writes from the request.
 REQUEST_KEYS = {
@@ -133,8 +133,9 @@ def request_fields(overrides: list[str], given: dict[str, Any], model: Optional[
             continue
         name, flag = REQUEST_KEYS[key]
         limit = INTEGER_LIMITS.get(name)
-        if limit and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit):
-            raise OverrideError(f"--{key}: expected an integer from 1 to {limit:,}, got {value!r}")
+        least = MIN_SEQ_LENGTH if name == "seq_length" else 1
+        if limit and (isinstance(value, bool) or not isinstance(value, int) or not least <= value <= limit):
+            raise OverrideError(f"--{key}: expected an integer from {least} to {limit:,}, got {value!r}")
         if not limit and not isinstance(value, str):
             raise OverrideError(f"--{key}: expected a name, got {value!r}")
         if name in CHOICES and value not in CHOICES[name]:

@@ -265,10 +265,12 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
 
 def _coerce(raw: str) -> Any:
     """A value typed as the trainer types it, under the same limits as a whole config (the trainer's
-    ``coerce_value`` applies them): an override comes from a client as much as a posted file does."""
+    ``coerce_value`` applies them): an override comes from a client as much as a posted file does.
+    The trainer's loader reads a bare ``3e-3`` inside a section (``--optimizer "{lr: 3e-3}"``) as the
+    float a file's ``lr: 3e-3`` is, so the change list compares 0.003 with 0.003 (audit s10b #5)."""
     if len(raw) > MAX_OVERRIDE_CHARS:
         raise OverrideError(f"value is over {MAX_OVERRIDE_CHARS:,} characters")
-    return coerce_value(raw, loader=_Loader)
+    return coerce_value(raw)
 
 
 def apply_overrides(data: dict, argv: list[str]) -> dict:
