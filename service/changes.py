@@ -143,7 +143,24 @@ class Change:
     reason: str = ""
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "old": json_safe(self.old), "new": json_safe(self.new), "layer": self.layer}
+        return {"key": self.key, "old": json_safe(clipped(self.old)), "new": json_safe(clipped(self.new)),
+                "layer": self.layer}
+
+
+# A change shows its values, and YAML aliases can repeat one large value many times: a 400 KB request
+# answered 77 MB (bughunt s10a #4). A value longer than this is shown by its start and its length.
+MAX_SHOWN_CHARS = 1000
+
+
+def value_text(value: Any) -> str:
+    """``repr(value)``, cut to MAX_SHOWN_CHARS with the full length said."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:200]}... ({len(text):,} characters)"
+
+
+def clipped(value: Any) -> Any:
+    """``value`` as JSON shows it: itself, or where its text is over MAX_SHOWN_CHARS, that text clipped."""
+    return value if len(repr(value)) <= MAX_SHOWN_CHARS else value_text(value)
 
 
 def json_safe(value: Any) -> Any:

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from service.changes import diff, summary, verdict
+from service.changes import diff, summary, value_text, verdict
+from service.facts import one_line
 from service.yamlio import YamlError, load_yaml, read_file, read_stdin
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     width = max((len(c.key) for c in changes), default=0)
     for c in changes:
-        print(f"{c.layer:<14} {c.key:<{width}}  {c.old!r} -> {c.new!r}  ({c.reason})")
+        print(one_line(f"{c.layer:<14} {c.key:<{width}}  {value_text(c.old)} -> {value_text(c.new)}  ({c.reason})"))
     counts = summary(changes)
     print(f"{len(changes)} change(s): " + ", ".join(f"{n} {layer}" for layer, n in counts.items())
           + (f". {verdict(changes)}" if changes else ""))

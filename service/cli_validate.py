@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Optional
 
-from service.facts import Finding
+from service.facts import Finding, one_line
 from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
                               validate_file, validate_text)
 from service.yamlio import YamlError, read_stdin
@@ -51,7 +51,7 @@ def format_text(reports: list[FileReport]) -> str:
         for f in report.findings:
             where = f"{report.path}:{f.line or 1}:{f.column or 1}"
             fix = f" (fix: {f.fix})" if f.fix else ""
-            lines.append(f"{where}: {f.code} {f.severity}: {f.message}{fix}")
+            lines.append(one_line(f"{where}: {f.code} {f.severity}: {f.message}{fix}"))
     s = summary(reports)
     lines.append(f"{s['files']} file(s): {s['errors']} error(s), {s['warnings']} warning(s)")
     return "\n".join(lines)

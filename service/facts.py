@@ -8,6 +8,8 @@ candidate layout. Rules never see YAML, so both sides apply the same rules.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -43,6 +45,16 @@ class Layout:
 
     def with_(self, **changes) -> "Layout":
         return replace(self, **changes)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``): a key or a file name from a
+    config must not start a new line in a log, where CI reads ``::error ...`` lines as workflow commands,
+    nor send terminal escapes (bughunt s10a #5)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def with_fix(message: str, fix: Optional[str]) -> str:

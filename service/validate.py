@@ -249,7 +249,27 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
         findings = [f for f in findings if f.code != "RA-M002"]
     _mark_known_issues(findings, view)
     findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
-    return findings
+    return _capped(findings)
+
+
+# A pasted file of 50,000 unknown keys made a 18 MB answer (bughunt s10a #4): past this many findings
+# of one code in one file, the last one listed says how many more there are.
+MAX_FINDINGS_PER_CODE = 100
+
+
+def _capped(findings: list[Finding]) -> list[Finding]:
+    kept: list[Finding] = []
+    seen: dict[str, int] = {}
+    for finding in findings:
+        seen[finding.code] = seen.get(finding.code, 0) + 1
+        if seen[finding.code] <= MAX_FINDINGS_PER_CODE:
+            kept.append(finding)
+    for finding in reversed(kept):
+        more = seen.get(finding.code, 0) - MAX_FINDINGS_PER_CODE
+        if more > 0:
+            finding.message += f" (and {more:,} more {finding.code} finding(s) in this file, not listed)"
+            seen[finding.code] = 0
+    return kept
 
 
 def _mark_known_issues(findings: list[Finding], view: ConfigView) -> None:

@@ -45,3 +45,79 @@ def test_the_index_recipes_keep_their_upstream_issues_visible_as_warnings():
     findings = [f for f in validate_text(path.read_text(), str(path)).findings if f.code == "RA-L007"]
     assert [f.severity for f in findings] == ["warning"]
     assert findings[0].message.startswith("known upstream issue, kept as shipped")
+
+
+# ---------------------------------------------------------------- #4: output amplification
+
+
+def test_diff_shows_a_huge_aliased_value_by_its_start_and_length(capsys, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.cli import main
+
+    big = "x" * 100_000
+    new = "metadata:\n  name: &a " + big + "\n  description: *a\nmodel:\n" + "".join(f"  k{i}: *a\n" for i in range(50))
+    response = TestClient(create_app()).post("/v1/diff", json={"base": "metadata:\n  name: y\n", "new": new})
+    assert response.status_code == 200 and len(response.content) < 100_000  # it was 5 MB
+    shown = {c["key"]: c["new"] for c in response.json()["changes"]}
+    assert shown["metadata.name"].endswith("(100,002 characters)")
+    (tmp_path / "a.yaml").write_text("metadata:\n  name: y\n")
+    (tmp_path / "b.yaml").write_text(new)
+    assert main(["diff", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]) == 0
+    assert len(capsys.readouterr().out) < 100_000
+
+
+def test_findings_of_one_code_are_capped_and_the_last_says_how_many_more():
+    from service.validate import MAX_FINDINGS_PER_CODE
+
+    text = "\n".join(f"z{i}: 1" for i in range(MAX_FINDINGS_PER_CODE + 250))
+    unknown = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C001"]
+    assert len(unknown) == MAX_FINDINGS_PER_CODE
+    assert unknown[-1].message.endswith("(and 250 more RA-C001 finding(s) in this file, not listed)")
+    assert not any("more RA-C001" in f.message for f in unknown[:-1])
+
+
+# ---------------------------------------------------------------- #5: control characters in text output
+
+
+def test_text_output_escapes_control_characters_of_keys_and_paths(capsys, tmp_path):
+    from service.cli import main
+
+    config = tmp_path / "we\nird.yaml"
+    config.write_text('model:\n  pretrained_model_name_or_path: tiny-llama\n'
+                      '"x\\n::notice file=README.md,line=1::all checks passed": 1\n"e\\e[31m": 2\n')
+    assert main(["validate", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert not any(line.startswith("::") for line in out.splitlines())
+    assert "\x1b" not in out and "x\\n::notice" in out and "e\\x1b[31m" in out and "we\\nird.yaml" in out
+
+
+# ---------------------------------------------------------------- #6: a target path the OS cannot hold
+
+
+def test_a_target_path_too_long_or_private_is_refused_by_validate_and_the_trainer():
+    import pytest
+
+    from trainer.builders import check_target
+    from trainer.overrides import ConfigError
+
+    long_target = "trainer." + "a." * 3000 + "b"
+    for target in (long_target, "trainer.data._check_seq_length"):
+        text = f"optimizer:\n  _target_: {target}\n"
+        assert severities(text, "RA-S001") == ["error"]
+        with pytest.raises(ConfigError, match="not a dotted Python path"):
+            check_target(target, "optimizer")
+    assert severities("optimizer:\n  _target_: torch.optim.AdamW\n", "RA-S001") == []
+
+
+# ---------------------------------------------------------------- #7: a dotted YAML key
+
+
+def test_a_dotted_yaml_key_is_named_as_one_key_with_the_nesting_fix():
+    findings = [f for f in validate_text("optimizer.lr: 0.1\ndistributed:\n  tp.size: 2\n", "c.yaml").findings
+                if f.code == "RA-C001"]
+    by_key = {f.key: f for f in findings}
+    assert "unknown key `optimizer.lr`: a YAML key is one name" in by_key["optimizer.lr"].message
+    assert by_key["optimizer.lr"].fix == "nest it: `optimizer:` on one line and `  lr: ...` under it"
+    assert by_key["distributed.tp.size"].fix == "did you mean `tp_size`?"

@@ -92,18 +92,18 @@ def test_the_bounds_themselves_are_accepted():
     ("--seq-length", "seq_length", INTEGER_LIMITS["seq_length"] + 1),
 ])
 def test_size_flags_have_the_limits_of_their_overrides(capsys, command, flag, field, beyond):
-    limit = INTEGER_LIMITS[field]
+    limit, least = INTEGER_LIMITS[field], 2 if field == "seq_length" else 1  # a token and its label
     code, out, err = run_cli(capsys, command, *LLAMA, flag, str(beyond))
     assert code == 2 and out == "" and "Traceback" not in err
-    assert f"error: {flag}: expected an integer from 1 to {limit:,}, got {beyond}" in err
+    assert f"error: {flag}: expected an integer from {least} to {limit:,}, got {beyond}" in err
 
 
 @pytest.mark.parametrize("key, field", [("step_scheduler.global_batch_size", "global_batch_size"),
                                         ("dataset.seq_length", "seq_length")])
 def test_the_override_spelling_is_refused_in_the_same_words(capsys, key, field):
-    limit = INTEGER_LIMITS[field]
+    limit, least = INTEGER_LIMITS[field], 2 if field == "seq_length" else 1
     code, _, err = run_cli(capsys, "recommend", *LLAMA, f"--{key}", str(limit + 1))
-    assert code == 2 and f"--{key}: expected an integer from 1 to {limit:,}, got {limit + 1}" in err
+    assert code == 2 and f"--{key}: expected an integer from {least} to {limit:,}, got {limit + 1}" in err
 
 
 def test_a_config_that_does_not_read_back_is_refused_without_a_traceback(capsys, tmp_path, monkeypatch):

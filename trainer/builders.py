@@ -17,19 +17,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from recipe_index.models import REPO_ID, find_bundled_model, hub_offline
+from trainer.config import ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, is_public_dotted_path
 from trainer.overrides import ConfigError, FieldError
 
-ALLOWED_TARGET_PREFIXES: tuple[str, ...] = ("torch.optim.", "torch.nn.", "trainer.")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-_DOTTED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
-
 
 def _allowed(dotted: str) -> bool:
     return any(dotted.startswith(prefix) for prefix in ALLOWED_TARGET_PREFIXES)
@@ -37,10 +33,11 @@ def _allowed(dotted: str) -> bool:
 
 def check_target(target: Any, key: str) -> str:
     """Refuse a target outside the allow-list, without importing anything. Returns the target."""
-    if not isinstance(target, str) or not _DOTTED.match(target):
+    if not is_public_dotted_path(target):
+        shown = repr(target) if len(repr(target)) <= 80 else f"{repr(target)[:60]}... ({len(repr(target)):,} characters)"
         raise ConfigError(
-            f"{key}._target_: {target!r} is not a dotted Python path like torch.optim.AdamW "
-            "(public names only: no leading underscores)"
+            f"{key}._target_: {shown} is not a dotted Python path like torch.optim.AdamW "
+            f"(public names only: no leading underscores; at most {MAX_TARGET_CHARS} characters)"
         )
     if not _allowed(target):
         raise ConfigError(

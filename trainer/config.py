@@ -12,6 +12,7 @@ Sections and the keys other tools rely on are listed in DESIGN.md.
 from __future__ import annotations
 
 import math
+import re
 
 from typing import Annotated, Any, Literal, Optional
 
@@ -324,6 +325,17 @@ class RecipeConfig(_Plain):
 
 # Sections whose mapping may carry `_target_` and free keyword arguments.
 TARGET_SECTIONS = ("recipe", "model", "dataset", "validation_dataset", "optimizer", "loss_fn")
+# What a `_target_` may name, for validate (service/rules/targets.py) and the trainer (trainer/builders.py)
+# alike: a dotted path of public names under these prefixes. The length bound keeps a path from reaching
+# the OS's name limit or the import system's recursion limit (bughunt s10a #6).
+ALLOWED_TARGET_PREFIXES: tuple[str, ...] = ("torch.optim.", "torch.nn.", "trainer.")
+MAX_TARGET_CHARS = 256
+_PUBLIC_DOTTED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
+
+
+def is_public_dotted_path(target: Any) -> bool:
+    """``torch.optim.AdamW`` yes; ``trainer.data._check``, ``os``, 300 characters or a non-string no."""
+    return isinstance(target, str) and len(target) <= MAX_TARGET_CHARS and bool(_PUBLIC_DOTTED.match(target))
 
 
 def section_fields(section: str) -> set[str]:

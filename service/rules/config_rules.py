@@ -12,7 +12,7 @@ from recipe_index.errors import UnknownRecipeError
 from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
-from trainer.config import TARGET_SECTIONS
+from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, top_level_keys
 from trainer.source_reader import module_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,9 +45,35 @@ def _closest(word: str, candidates: tuple[str, ...]) -> Optional[str]:
              "trainer/config.py schema; DESIGN.md config contract")
 def unknown_keys(view: "ConfigView") -> Iterator[Violation]:
     for key, options in view.unknown_keys:
+        dotted = _literal_dotted_key(view.doc.data, key)
+        if dotted:  # `optimizer.lr: 0.1`, the override spelling, read as one key named "optimizer.lr"
+            head, _, rest = dotted.partition(".")
+            parent = key[:-len(dotted)].rstrip(".")
+            known = section_fields(parent) if parent else top_level_keys()
+            fix = (f"nest it: `{head}:` on one line and `  {rest}: ...` under it" if head in known
+                   else _did_you_mean(dotted.replace(".", "_"), known) if known else "write it as nested YAML")
+            yield Violation(f"unknown key `{dotted}`: a YAML key is one name, not a dotted path (that is the "
+                            f"spelling of an override, --{key})", fix, key=key)
+            continue
         leaf = key.rpartition(".")[2]
         where = "section" if "." not in key else f"key in `{key.rpartition('.')[0]}`"
         yield Violation(f"unknown {where} `{leaf}`", f"{_did_you_mean(leaf, options)} (remove it if not)", key=key)
+
+
+def _literal_dotted_key(data: object, path: str) -> Optional[str]:
+    """The key with a dot in its name that ``path`` (a dotted key path) runs through, if any."""
+    parts, node, i = path.split("."), data, 0
+    while i < len(parts) and isinstance(node, dict):
+        for j in range(len(parts), i, -1):
+            name = ".".join(parts[i:j])
+            if name in node:
+                if j - i > 1:
+                    return name
+                node, i = node[name], j
+                break
+        else:
+            return None
+    return None
 
 
 @config_rule("RA-C002", "error", "", "values have the right type and range", "trainer/config.py schema")
@@ -318,10 +344,17 @@ def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
              "configs are data: nothing outside the allow-list is imported or called")
 def target_allowed(view: "ConfigView") -> Iterator[Violation]:
     for key, target in _targets(view.doc.data):
-        if not isinstance(target, str) or not is_allowed(target):
-            yield Violation(f"_target_ {target!r} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
-                            "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.",
-                            key=f"{key}._target_" if key else "_target_")
+        if is_allowed(target):
+            continue
+        where = f"{key}._target_" if key else "_target_"
+        if isinstance(target, str) and target.startswith(ALLOWED_PREFIXES):  # the trainer refuses it the same way
+            shown = repr(target) if len(target) <= 80 else f"'{target[:60]}...' ({len(target):,} characters)"
+            yield Violation(f"_target_ {shown} is not a dotted path of public names of at most {MAX_TARGET_CHARS} "
+                            "characters; it was not imported", "name the public callable (no leading underscores)",
+                            key=where)
+            continue
+        yield Violation(f"_target_ {target!r} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
+                        "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.", key=where)
 
 
 # Keys of a `_target_` section the trainer consumes itself and passes on under its own names (the model

@@ -10,15 +10,14 @@ without executing the module), so validate stays torch-free and safe.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from difflib import get_close_matches
 from functools import lru_cache
 
+from trainer.config import ALLOWED_TARGET_PREFIXES, is_public_dotted_path
 from trainer.source_reader import DefinitionNotFound, find_definition
 
-ALLOWED_PREFIXES = ("torch.optim.", "torch.nn.", "trainer.")
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+ALLOWED_PREFIXES = ALLOWED_TARGET_PREFIXES
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ TargetNotFound = DefinitionNotFound  # the name validate and `train` catch
 
 
 def is_allowed(target: str) -> bool:
-    return bool(_DOTTED.match(target)) and target.startswith(ALLOWED_PREFIXES)
+    return is_public_dotted_path(target) and target.startswith(ALLOWED_PREFIXES)
 
 
 def _function_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> Signature:
