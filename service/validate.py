@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.generate.known_issues import KNOWN_ISSUES
 from service.facts import Facts, Finding, Layout, split_world
+from service.rules.layout import PIPELINE_SPLIT_KEYS
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
 from trainer.config import RecipeConfig, section_fields, top_level_keys
@@ -183,6 +184,9 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
     extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
+    split = {k: v for k, v in (cfg.model.model_extra or {}).items() if k in PIPELINE_SPLIT_KEYS}
+    if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
+        extra["pipeline_split"] = split
     if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
         extra.update({k: v for k, v in (("precision_recipe", cfg.metadata.precision_recipe),
                                         ("megatron_recipe", cfg.metadata.megatron_recipe),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from service.validate import validate_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +99,7 @@ def test_text_output_escapes_control_characters_of_keys_and_paths(capsys, tmp_pa
 
 
 def test_a_target_path_too_long_or_private_is_refused_by_validate_and_the_trainer():
-    import pytest
+
 
     from trainer.builders import check_target
     from trainer.overrides import ConfigError
@@ -121,3 +123,53 @@ def test_a_dotted_yaml_key_is_named_as_one_key_with_the_nesting_fix():
     assert "unknown key `optimizer.lr`: a YAML key is one name" in by_key["optimizer.lr"].message
     assert by_key["optimizer.lr"].fix == "nest it: `optimizer:` on one line and `  lr: ...` under it"
     assert by_key["distributed.tp.size"].fix == "did you mean `tp_size`?"
+
+
+# ---------------------------------------------------------------- #2: RA-L011 and RA-L019 agree
+
+
+MEGATRON = """model:
+  pretrained_model_name_or_path: {model}
+{model_keys}distributed:
+  strategy: megatron
+  pp_size: {pp}
+  vp_size: {vp}
+  ep_size: {ep}
+hardware:
+  gpu_type: h100
+  gpus_per_node: 8
+  num_nodes: {nodes}
+dataset:
+  seq_length: 4096
+"""
+
+
+def split_findings(model, pp, vp, ep=1, nodes=8, model_keys=""):
+    text = MEGATRON.format(model=model, pp=pp, vp=vp, ep=ep, nodes=nodes, model_keys=model_keys)
+    return [f for f in validate_text(text, "c.yaml").findings if f.code in ("RA-L011", "RA-L019")]
+
+
+@pytest.mark.parametrize("model", ["kimi-k2", "deepseek-v3", "moonlight-16b"])
+def test_every_pair_ra_l019_offers_passes_ra_l011(model):
+    from service.rules.layout import PIPELINE_LAYOUT_TABLES
+
+    for pp, vp in sorted(PIPELINE_LAYOUT_TABLES[model]):
+        if pp > 1:
+            assert split_findings(model, pp, vp, ep=8, nodes=64) == [], (model, pp, vp)
+
+
+def test_a_pair_outside_the_table_gets_both_ways_out_in_the_fix():
+    (l011,) = [f for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=64) if f.code == "RA-L011"]
+    assert l011.severity == "error" and "(4, 2)" in l011.fix and "distributed.pipeline_layout" in l011.fix
+
+
+def test_megatrons_split_settings_under_model_clear_the_warning_when_they_add_up():
+    (warning,) = split_findings("llama3-8b", 5, 1, nodes=5)
+    assert warning.severity == "warning" and "under `model:`" in warning.fix
+    right = "  num_layers_in_first_pipeline_stage: 5\n  num_layers_in_last_pipeline_stage: 6\n"
+    assert split_findings("llama3-8b", 5, 1, nodes=5, model_keys=right) == []
+    wrong = "  num_layers_in_first_pipeline_stage: 4\n  num_layers_in_last_pipeline_stage: 6\n"
+    (error,) = split_findings("llama3-8b", 5, 1, nodes=5, model_keys=wrong)
+    assert error.severity == "error" and "22 layers left for 3 stage(s)" in error.message
+    accounted = "  account_for_embedding_in_pipeline_split: true\n  account_for_loss_in_pipeline_split: true\n"
+    assert split_findings("llama3-8b", 2, 1, nodes=2, model_keys=accounted) == []  # 34 over 2

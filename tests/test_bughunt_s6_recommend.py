@@ -45,7 +45,7 @@ def test_an_override_that_agrees_with_the_flag_is_fine_and_one_that_contradicts_
         recommend("llama3-8b", 8, "h100", seq_length=4096, overrides=["--dataset.seq_length=8192"])
     with pytest.raises(OverrideError, match=r"--hardware.gpu_type a100-40gb contradicts --gpu-type h100"):
         recommend("llama3-8b", 8, "h100", overrides=["--hardware.gpu_type=a100-40gb"])
-    with pytest.raises(OverrideError, match=r"expected an integer from 1 to 4,194,304, got .long."):
+    with pytest.raises(OverrideError, match=r"expected an integer from 2 to 4,194,304, got .long."):
         recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=long"])
 
 
@@ -153,7 +153,7 @@ def test_request_keys_inside_a_whole_section_override_are_planned_too():
 def test_override_values_are_bounded_and_checked_like_the_fields():
     # review s6 #4/#5/#12: `none` clears a key; bounds and choices as the API's fields; GPU aliases agree.
     assert recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=none"]).plan.request.seq_length == 8192
-    with pytest.raises(OverrideError, match=r"expected an integer from 1 to 4,194,304, got 1000000000000"):
+    with pytest.raises(OverrideError, match=r"expected an integer from 2 to 4,194,304, got 1000000000000"):
         recommend("llama3-8b", 8, "h100", overrides=["--dataset.seq_length=1000000000000"])
     with pytest.raises(OverrideError, match=r"'fp7' is not one of bf16"):
         recommend("llama3-8b", 8, "h100", overrides=["--precision=fp7"])

@@ -155,6 +155,33 @@ def vp_needs_pp(f: Facts) -> Optional[Violation]:
     return None
 
 
+# Megatron's settings for an uneven pipeline split (mbridge_rules.md 3b), which a config writes under `model`.
+PIPELINE_SPLIT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                       "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+
+
+def _split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
+    """Why Megatron's split settings in ``split`` do not place ``layers`` on PP x VP, or None when they do:
+    every stage's layers divide by VP, the middle stages even (counting the embedding and loss as a layer
+    each where asked)."""
+    try:
+        first = int(split.get("num_layers_in_first_pipeline_stage") or 0)
+        last = int(split.get("num_layers_in_last_pipeline_stage") or 0)
+    except (TypeError, ValueError):
+        return "num_layers_in_first/last_pipeline_stage must be whole numbers"
+    extra = bool(split.get("account_for_embedding_in_pipeline_split")) + bool(
+        split.get("account_for_loss_in_pipeline_split"))
+    edges = [count for count in (first, last) if count]
+    middle_stages = pp - len(edges)
+    rest = layers + extra - sum(edges)
+    if middle_stages == 0:
+        return None if rest == 0 else f"the first and last stages hold {sum(edges)} of {layers} layers"
+    if rest <= 0 or rest % middle_stages or any(count % vp for count in (*edges, rest // middle_stages)):
+        return (f"{rest} layers left for {middle_stages} stage(s) of the rest"
+                f"{f' (embedding and loss counted: {extra})' if extra else ''} do not split evenly in chunks of VP={vp}")
+    return None
+
+
 @layout_rule("RA-L011", "error", "distributed.pp_size", "decoder layers split over PP*VP stages",
              "mcore transformer_config pipeline split rules (3b)")
 def layers_split_over_stages(f: Facts) -> Optional[Violation]:
@@ -162,17 +189,28 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
     if f.model is None or lay.pp == 1 or f.extra.get("pipeline_layout"):
         return None
     layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
+    table = PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
+    if (lay.pp, lay.vp_or_1) in table:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
+        return None
+    if f.extra.get("pipeline_split"):
+        problem = _split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
+        return None if problem is None else Violation(
+            f"the model config's pipeline split does not place {layers} decoder layers on PP={lay.pp} x VP="
+            f"{lay.vp_or_1}: {problem}", f"use {megatron_split(layers, lay.pp, lay.vp_or_1) or 'another PP x VP'}")
     if layers % stages == 0:
         return None
     split = megatron_split(layers, lay.pp, lay.vp_or_1)
     if split is None:
         ok = [d for d in divisors(layers) if d <= 64]
+        pairs = [p for p in sorted(table) if p[0] > 1]
         return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
                          f"{lay.vp_or_1} stages in any way Megatron accepts",
-                         f"choose PP*VP among the divisors of {layers}: {ok}")
+                         f"choose PP*VP among the divisors of {layers}: {ok}"
+                         + (f", or a (pp_size, vp_size) pair its Bridge recipe places: {pairs}" if pairs else "")
+                         + ", or give distributed.pipeline_layout (a Bridge layout string)")
     return Violation(f"{layers} decoder layers do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
                      f"{stages} stages; Megatron needs an explicit uneven split",
-                     f"set {split} (Megatron model config), or pick PP*VP dividing {layers}",
+                     f"set {split} under `model:` (Megatron's model config), or pick PP*VP dividing {layers}",
                      severity="warning")
 
 
