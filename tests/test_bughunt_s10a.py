@@ -173,3 +173,43 @@ def test_megatrons_split_settings_under_model_clear_the_warning_when_they_add_up
     assert error.severity == "error" and "22 layers left for 3 stage(s)" in error.message
     accounted = "  account_for_embedding_in_pipeline_split: true\n  account_for_loss_in_pipeline_split: true\n"
     assert split_findings("llama3-8b", 2, 1, nodes=2, model_keys=accounted) == []  # 34 over 2
+
+
+# ---------------------------------------------------------------- #3: validate reports what the trainer refuses
+
+
+BUNDLED = (INDEX / "bundled" / "tiny_llama_pretrain.yaml").read_text()
+
+
+def e005(text: str) -> list[tuple[str, str]]:
+    return [(f.severity, f.key) for f in validate_text(text, "c.yaml").findings if f.code == "RA-E005"]
+
+
+def test_a_bundled_recipe_has_no_section_problem():
+    assert e005(BUNDLED) == []
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace("model:\n", "model:\n  foo_bar: 1\n", 1), [("error", "model")]),
+    (lambda t: t.replace("model:\n", "model:\n  attn_implementation: flash_attention_9\n", 1),
+     [("error", "model.attn_implementation")]),
+    (lambda t: "\n".join(line for line in t.splitlines() if "_target_: trainer.data" not in line),
+     [("warning", "dataset._target_"), ("warning", "validation_dataset._target_")]),
+    (lambda t: "rng: {seed: 1}\n", [("warning", "model.pretrained_model_name_or_path")]),
+])
+def test_validate_reports_the_sections_the_trainer_refuses(edit, expected):
+    assert e005(edit(BUNDLED)) == expected
+
+
+def test_lora_with_tensor_parallel_is_refused_by_validate_and_the_dry_run(tmp_path, capsys):
+    from service.cli import main
+
+    config = tmp_path / "c.yaml"
+    assert main(["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
+                 "--goal", "peft", "-o", str(config)]) == 0
+    capsys.readouterr()
+    text = config.read_text().replace("tp_size: 1", "tp_size: 2").replace("strategy: ddp", "strategy: fsdp2")
+    assert ("error", "distributed.tp_size") in e005(text)
+    config.write_text(text)
+    assert main(["train", str(config), "--dry-run", "--ignore-validation-errors"]) == 2
+    assert "distributed.tp_size: LoRA runs with data parallel only here" in capsys.readouterr().err

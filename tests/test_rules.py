@@ -70,7 +70,8 @@ def codes(config: dict) -> list[str]:
 
 META = {"name": "case", "kind": "library", "mode": "pretrain", "num_gpus": 8}
 
-# (code, model, {dotted key: value})
+# (code, model, {dotted key: value}); the bundled trainer's configs name their dataset (RA-E005)
+MOCK = {"dataset._target_": "trainer.data.MockDataset"}
 CASES = [
     ("RA-L001", "h20kv4", {"distributed.tp_size": 8}),
     ("RA-L002", "h48kv6", {"distributed.tp_size": 4}),
@@ -97,10 +98,11 @@ CASES = [
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),
     ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),
-    ("RA-E001", "dense", {"distributed.strategy": "fsdp2", "distributed.cp_size": 2}),
-    ("RA-E002", "moe", {"distributed.strategy": "fsdp2"}),
-    ("RA-E004", "dense", {"distributed.strategy": "fsdp2", "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
-    ("RA-E003", "dense", {"distributed.strategy": "fsdp2", "hardware.gpu_type": "b200", "precision": "nvfp4"}),
+    ("RA-E001", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.cp_size": 2}),
+    ("RA-E002", "moe", {"distributed.strategy": "fsdp2", **MOCK}),
+    ("RA-E004", "dense", {"distributed.strategy": "fsdp2", **MOCK, "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
+    ("RA-E003", "dense", {"distributed.strategy": "fsdp2", **MOCK, "hardware.gpu_type": "b200", "precision": "nvfp4"}),
+    ("RA-E005", "dense", {"distributed.strategy": "fsdp2", **MOCK, "model.attn_implementation": "flash_attention_9"}),
     ("RA-M001", "big", {"distributed.tp_size": 1, "distributed.sequence_parallel": False,
                         "hardware.gpus_per_node": 1}),
     ("RA-M002", "big", {"distributed.tp_size": 8}),
@@ -235,6 +237,7 @@ def test_memory_fit_counts_the_logits_when_the_chunked_loss_is_off(tmp_path):
 def test_bundled_fp8_follows_the_trainer_capabilities(models, gpu, tp, expected, key):
     config = base(models["dense"])
     config["distributed"] = {"strategy": "fsdp2", "tp_size": tp, "sequence_parallel": tp > 1}
+    config["dataset"]["_target_"] = "trainer.data.MockDataset"
     config["hardware"]["gpu_type"] = gpu
     config["precision"] = "fp8"
     report = validate_text(yaml.safe_dump(config, sort_keys=False), "case.yaml")

@@ -21,7 +21,9 @@ from trainer.builders import check_target, dataset_call, resolve_data_path, reso
 from trainer.checkpoint import check_writable_dir, resolve_restore
 from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
-from trainer.model_checks import check_model_section, check_peft_targets, check_seq_lengths, declared_positions
+from trainer.capabilities import CAPABILITIES
+from trainer.model_checks import (check_model_keys, check_model_section, check_peft_targets, check_seq_lengths,
+                                  declared_positions)
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import derive_grad_acc_steps
@@ -95,6 +97,8 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
     s = cfg.step_scheduler
     derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // d.tp_size)
+    for key, why, fix in section_problems(cfg)[:1]:
+        raise ConfigError(f"{key}: {why}; {fix}")
     for section_name in ("dataset", "validation_dataset"):
         section = getattr(cfg, section_name)
         if section is None:
@@ -115,19 +119,50 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         target = getattr(cfg, section_name).target
         if target is not None:
             check_target(target, section_name)
-    if cfg.optimizer.target is None:
-        raise ConfigError("optimizer._target_: missing; e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}")
     check_step_callables(cfg)
-    if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
-        raise ConfigError("model.pretrained_model_name_or_path: missing; name a model (bundled id, folder or hub id)")
     check_model_section(cfg.model)
     check_seq_lengths(cfg, declared_positions(cfg.model)[1], cfg.model.pretrained_model_name_or_path)
-    if cfg.peft is not None:
-        check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
     if compare_resume:
         check_resume_before_launch(cfg, world_size)
+
+
+def _problem(message: str) -> tuple[str, str, str]:
+    """A ConfigError's ``key: why; fix`` as (key, why, fix)."""
+    key, _, rest = message.partition(": ")
+    why, _, fix = rest.partition("; ")
+    return key, why, fix or "see the message"
+
+
+def section_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
+    """(key, why, fix) for each section the trainer cannot build from: a dataset, optimizer or model it
+    is not told, keys and values the default model loader refuses, LoRA targets that match no layer,
+    LoRA with tensor parallel. Reads no file and no network. The pre-flight refuses the first; validate
+    reports each (RA-E005)."""
+    problems = []
+    for name in ("dataset", "validation_dataset"):
+        if getattr(cfg, name) is not None:
+            try:
+                dataset_call(getattr(cfg, name), name)
+            except ConfigError as exc:
+                problems.append(_problem(str(exc)))
+    if cfg.optimizer.target is None:
+        problems.append(("optimizer._target_", "missing", "e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}"))
+    if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
+        problems.append(("model.pretrained_model_name_or_path", "missing", "name a model (bundled id, folder or hub id)"))
+    checks = [lambda: check_model_keys(cfg.model)]
+    if cfg.peft is not None:
+        checks.append(lambda: check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None))
+    for check in checks:
+        try:
+            check()
+        except ConfigError as exc:
+            problems.append(_problem(str(exc)))
+    if cfg.peft is not None and cfg.distributed.tp_size > 1 and not CAPABILITIES.get("tp_with_lora"):
+        problems.append(("distributed.tp_size", f"LoRA runs with data parallel only here ({cfg.distributed.tp_size})",
+                         "set tp_size: 1"))
+    return problems
 
 
 # torch optimizers the training step cannot drive, and why.

@@ -36,16 +36,21 @@ def check_default_loader_kwargs(kwargs: Mapping[str, Any]) -> None:
                           f"pretrained_model_name_or_path, {', '.join(DEFAULT_LOADER_KWARGS)}")
 
 
-def check_model_section(section: Any) -> None:
-    """For the default loader: its keys, the attention implementation and the model name."""
+def check_model_keys(section: Any) -> None:
+    """For the default loader: its keys and the attention implementation (no file or network read)."""
     kwargs = section.kwargs()
     if section.target is not None:
-        return  # a custom builder reads its own keys and interprets the name itself
+        return  # a custom builder reads its own keys
     check_default_loader_kwargs(kwargs)
     attn = kwargs.get("attn_implementation", "sdpa")
     if attn not in ATTN_IMPLEMENTATIONS:
         raise ConfigError(f"model.attn_implementation: {attn!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if section.pretrained_model_name_or_path:
+
+
+def check_model_section(section: Any) -> None:
+    """For the default loader: its keys, the attention implementation and the model name."""
+    check_model_keys(section)
+    if section.target is None and section.pretrained_model_name_or_path:
         check_model_source(section.pretrained_model_name_or_path)
 
 

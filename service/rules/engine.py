@@ -29,6 +29,29 @@ def step_callables(view: "ConfigView") -> Iterator[Violation]:
         yield Violation(f"{key}: {why}", fix, key=key)
 
 
+@config_rule("RA-E005", "error", "", "the bundled trainer is told what to build",
+             "trainer/launch.py section_problems (the pre-flight refuses the same)")
+def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
+    cfg = view.config
+    if cfg is None or cfg.distributed.strategy == "megatron":
+        return
+    from trainer.launch import section_problems  # torch-free; the trainer's own check, not a copy
+
+    problems = section_problems(cfg)
+    unnamed = [p for p in problems if p[0] == "model.pretrained_model_name_or_path"]
+    if unnamed:  # a fragment (a layout to check, a snippet): one warning, not a missing-section list
+        key, why, fix = unnamed[0]
+        yield Violation(f"{key}: {why}: the bundled trainer cannot run a config that names no model (nor, "
+                        "unless written, its dataset and optimizer)", fix, severity="warning", key=key)
+        return
+    for key, why, fix in problems:
+        if why == "missing":  # a section left out (a partial config), as opposed to one written wrong
+            yield Violation(f"{key}: missing; the bundled trainer refuses the config without it", fix,
+                            severity="warning", key=key)
+        else:
+            yield Violation(f"{key}: {why}", fix, key=key)
+
+
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
              "trainer/capabilities.py")
 def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
