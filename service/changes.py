@@ -40,6 +40,7 @@ from recipe_index import find_bundled_model
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
 from trainer.config import RecipeConfig, section_type
 from trainer.model_settings import DTYPES
+from trainer.optim_defaults import optimizer_defaults
 
 LAYERS = ("convergence", "execution", "benchmark-only")
 MISSING = "<absent>"
@@ -259,8 +260,14 @@ def _benchmark_shortcut(e: _Edit) -> Ruling:
     return ("benchmark-only", _REASONS["benchmark-only"]) if _BENCHMARK_WORDS.search(e.key) else None
 
 
+# The micro batch and the global batch in the schema's and in Megatron Bridge's spelling (`train.*`).
+MICRO_BATCH_KEYS = ("step_scheduler.local_batch_size", "step_scheduler.grad_accumulation_steps",
+                    "train.micro_batch_size")
+GLOBAL_BATCH_KEYS = ("step_scheduler.global_batch_size", "train.global_batch_size")
+
+
 def _micro_batch(e: _Edit) -> Ruling:
-    if e.key not in ("step_scheduler.local_batch_size", "step_scheduler.grad_accumulation_steps"):
+    if e.key not in MICRO_BATCH_KEYS:
         return None
     if e.global_batch_changed:
         return "convergence", "micro batch changed together with the global batch: the updates differ"
@@ -371,6 +378,10 @@ def _effective(flat: dict[str, Any], key: str) -> Any:
     leaf = key.rsplit(".", 1)[-1]
     if default is MISSING and leaf in CHECK_DEFAULTS:
         default = CHECK_DEFAULTS[leaf]  # off in Megatron/Bridge: writing it out is no change
+    if default in (MISSING, None) and key.startswith("optimizer.") and leaf != "_target_":
+        # The schema's None means "the optimizer's own default": AdamW's eps 1e-8, amsgrad false, read
+        # from torch's source (bughunt s10a #9).
+        default = optimizer_defaults(flat.get("optimizer._target_")).get(leaf, default)
     # `step_scheduler: null` configures nothing, like `{}`; `peft: null` is already its default.
     if value is MISSING or (value is None and default == {}):
         return default
@@ -412,8 +423,7 @@ def diff(base: dict, new: dict) -> list[Change]:
     an UNRECORDED key only one side of a Megatron pair writes: the other side runs
     BRIDGE_RECIPE_VALUE, which the index does not know, so it is a convergence change whatever the value."""
     left, right = flatten(base), flatten(new)
-    gbs_key = "step_scheduler.global_batch_size"
-    gbs_changed = not same_value(_effective(left, gbs_key), _effective(right, gbs_key))
+    gbs_changed = any(not same_value(_effective(left, key), _effective(right, key)) for key in GLOBAL_BATCH_KEYS)
     megatron = is_megatron(left) or is_megatron(right)
     changes = []
     for key in sorted(set(left) | set(right)):

@@ -213,3 +213,28 @@ def test_lora_with_tensor_parallel_is_refused_by_validate_and_the_dry_run(tmp_pa
     config.write_text(text)
     assert main(["train", str(config), "--dry-run", "--ignore-validation-errors"]) == 2
     assert "distributed.tp_size: LoRA runs with data parallel only here" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- #9: diff's false convergence changes
+
+
+def test_an_optimizers_own_defaults_written_out_are_no_change():
+    from service.changes import diff
+    from trainer.overrides import load_yaml_file
+
+    base = load_yaml_file(INDEX / "bundled" / "tiny_llama_pretrain.yaml")
+    written = {**base, "optimizer": {**base["optimizer"], "amsgrad": False, "maximize": False, "eps": 1e-8}}
+    assert diff(base, written) == []
+    other = {**base, "optimizer": {**base["optimizer"], "eps": 1e-6, "amsgrad": True}}
+    assert [(c.key, c.layer) for c in diff(base, other)] == [("optimizer.amsgrad", "convergence"),
+                                                             ("optimizer.eps", "convergence")]
+
+
+def test_bridges_micro_batch_spelling_is_execution_while_the_global_batch_stays():
+    from service.changes import diff
+
+    one = {"train": {"micro_batch_size": 1, "global_batch_size": 512}}
+    four = {"train": {"micro_batch_size": 4, "global_batch_size": 512}}
+    bigger = {"train": {"micro_batch_size": 4, "global_batch_size": 1024}}
+    assert [(c.key, c.layer) for c in diff(one, four)] == [("train.micro_batch_size", "execution")]
+    assert ("train.micro_batch_size", "convergence") in [(c.key, c.layer) for c in diff(one, bigger)]
