@@ -238,3 +238,22 @@ def test_bridges_micro_batch_spelling_is_execution_while_the_global_batch_stays(
     bigger = {"train": {"micro_batch_size": 4, "global_batch_size": 1024}}
     assert [(c.key, c.layer) for c in diff(one, four)] == [("train.micro_batch_size", "execution")]
     assert ("train.micro_batch_size", "convergence") in [(c.key, c.layer) for c in diff(one, bigger)]
+
+
+# ---------------------------------------------------------------- #10: fixes that open another error
+
+
+def test_ra_l008_offers_only_expert_sizes_the_world_holds():
+    text = ("model:\n  pretrained_model_name_or_path: deepseek-v2-lite\ndistributed:\n  strategy: megatron\n"
+            "  ep_size: 3\nhardware:\n  gpu_type: h100\n  gpus_per_node: 6\ndataset:\n  seq_length: 4096\n")
+    (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-L008"]
+    assert finding.fix.endswith("fits in the 6 GPUs: [1, 2]")
+
+
+@pytest.mark.parametrize("gpu, offers_fp8", [("a100-80gb", False), ("h100", True)])
+def test_ra_c005_offers_the_names_precision_only_where_the_gpu_runs_it(gpu, offers_fp8):
+    text = ("metadata:\n  name: m_pretrain_8gpu_a100_fp8cs\nmodel:\n  pretrained_model_name_or_path: llama3-8b\n"
+            f"distributed:\n  strategy: megatron\nhardware:\n  gpu_type: {gpu}\n  gpus_per_node: 8\nprecision: bf16\n"
+            "dataset:\n  seq_length: 4096\n")
+    (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C005"]
+    assert ("set precision: fp8" in finding.fix) == offers_fp8 and "rename the recipe to say bf16" in finding.fix

@@ -156,10 +156,13 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
         labelled = f" (metadata.precision_recipe: {label})" if label else ""
         rename = label if label_precision == actual else _tokens_for(actual)
         relabel = " and set metadata.precision_recipe to the same" if label and label_precision != actual else ""
+        named = precision_of_token(token)
+        hw = view.facts.hardware if view.facts else None
+        # Only a precision the GPU has tensor cores for (RA-P001/P002 would refuse the other).
+        runs = hw is None or {"fp8": hw.supports_fp8, "nvfp4": hw.supports_fp4}.get(named, True)
+        train_as_named = f"set precision: {named} to train as the name says, or " if runs else ""
         return Violation(f"recipe {name} says {token} in its name{labelled} but the config trains in "
-                         f"precision {actual}",
-                         f"set precision: {precision_of_token(token)} to train as the name says, or rename the "
-                         f"recipe to say {rename}{relabel}")
+                         f"precision {actual}", f"{train_as_named}rename the recipe to say {rename}{relabel}")
     if label_precision is not None and label_precision != actual:
         return Violation(f"metadata.precision_recipe {label} means precision {label_precision}, but the config "
                          f"trains in precision {actual}",

@@ -132,9 +132,13 @@ def expert_mesh_fits(f: Facts) -> Optional[Violation]:
 def experts_divisible_by_ep(f: Facts) -> Optional[Violation]:
     if f.model is None or not f.model.is_moe or f.model.num_experts % f.layout.ep == 0:
         return None
-    n = f.model.num_experts
-    return Violation(f"ep_size={f.layout.ep} does not divide the {n} experts of {f.model.id}",
-                     f"set distributed.ep_size to a divisor of {n}: {[d for d in divisors(n) if d <= 256]}")
+    n, lay = f.model.num_experts, f.layout
+    # Only sizes the world holds with the layout's PP and ETP (RA-L007), so the fix does not open another error.
+    room = f.world_size // (lay.pp * lay.etp) if f.world_size and f.world_size % (lay.pp * lay.etp) == 0 else 0
+    fits = [d for d in divisors(n) if d <= 256 and (not room or room % d == 0)]
+    held = f" that PP x EP x ETP fits in the {f.world_size} GPUs" if room else ""
+    return Violation(f"ep_size={lay.ep} does not divide the {n} experts of {f.model.id}",
+                     f"set distributed.ep_size to a divisor of {n}{held}: {fits}")
 
 
 @layout_rule("RA-L009", "error", "distributed.ep_size", "EP needs an MoE model",
