@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Optional
+from urllib.parse import quote
 
 from service.facts import Finding, one_line
 from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
@@ -78,8 +81,8 @@ def format_sarif(reports: list[FileReport]) -> dict:
     from service.rules.registry import all_rules
 
     level = {"error": "error", "warning": "warning", "info": "note"}
-    rules = [{"id": r.code, "name": r.check.__name__, "shortDescription": {"text": r.title},
-              "help": {"text": r.source}} for r in all_rules()]
+    rules = [{"id": r["code"], "name": r["name"], "shortDescription": {"text": r["title"]},
+              "help": {"text": r["source"]}} for r in rule_list()]
     results = []
     for report in reports:
         for f in report.findings:
@@ -87,7 +90,7 @@ def format_sarif(reports: list[FileReport]) -> dict:
                 "ruleId": f.code, "level": level[f.severity],
                 "message": {"text": f.text},
                 "locations": [{"physicalLocation": {
-                    "artifactLocation": {"uri": report.path},
+                    "artifactLocation": {"uri": _uri(report.path)},
                     "region": {"startLine": f.line or 1, "startColumn": f.column or 1}}}],
             })
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
@@ -107,16 +110,35 @@ def check_counts(gpus: Optional[int], nodes: Optional[int]) -> None:
             raise BadArgument(f"{flag}: expected an integer from 1 to {limit:,}, got {value}")
 
 
-def rule_table() -> str:
+def _uri(path: str) -> str:
+    """A SARIF artifact URI: a relative path percent-encoded (code scanning resolves it against the
+    repository), an absolute one as a file:// URI."""
+    return Path(path).as_uri() if Path(path).is_absolute() else quote(path.replace(os.sep, "/"))
+
+
+# Not a rule function: the file could not be read as a config at all (unusable input, exit 2).
+FILE_RULE = {"code": "RA-F001", "severity": "error", "key": None, "name": "readable_config",
+             "title": "the file is one readable YAML config within the size, depth and alias limits",
+             "source": "service/yamlio.py and trainer/yaml_limits.py"}
+
+
+def rule_list() -> list[dict]:
+    """Every code validate can report, with its default severity, key, title and source."""
     from service.rules.registry import all_rules
 
-    rows = [f"{r.code:8} {r.severity:8} {r.key or '-':38} {r.title}" for r in all_rules()]
+    return sorted([FILE_RULE] + [{"code": r.code, "severity": r.severity, "key": r.key or None,
+                                  "name": r.check.__name__, "title": r.title, "source": r.source}
+                                 for r in all_rules()], key=lambda r: r["code"])
+
+
+def rule_table() -> str:
+    rows = [f"{r['code']:8} {r['severity']:8} {r['key'] or '-':38} {r['title']}" for r in rule_list()]
     return "\n".join(["code     severity key                                    rule"] + rows)
 
 
 def run(args) -> int:
     if args.list_rules:
-        print(rule_table())
+        print(json.dumps(rule_list(), indent=2) if args.format == "json" else rule_table())
         return EXIT_OK
     if not args.paths:
         print("recipe-advisor validate: give at least one file or folder", file=sys.stderr)

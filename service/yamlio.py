@@ -233,7 +233,7 @@ def load_yaml(text: str, path: str = "<string>") -> Document:
     try:
         node = compose_within_limits(text, path, _Loader)
     except yaml.YAMLError as exc:
-        raise syntax_error(exc, path) from None
+        raise syntax_error(exc, path, text) from None
     if node is None:
         raise YamlError("file holds no YAML document (only comments?)", path=path,
                         fix="a config needs at least a `model` section")

@@ -257,3 +257,46 @@ def test_ra_c005_offers_the_names_precision_only_where_the_gpu_runs_it(gpu, offe
             "dataset:\n  seq_length: 4096\n")
     (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C005"]
     assert ("set precision: fp8" in finding.fix) == offers_fp8 and "rename the recipe to say bf16" in finding.fix
+
+
+# ---------------------------------------------------------------- #11, #12, #14: SARIF, file errors, the rule list
+
+
+def test_sarif_uris_are_encoded_and_every_reported_code_is_a_listed_rule(tmp_path, capsys):
+    import json
+
+    from service.cli import main
+
+    folder = tmp_path / "we ird"
+    folder.mkdir()
+    (folder / "a,b%25.yaml").write_text("a: 1\n---\nb: 2\n")
+    assert main(["validate", str(folder / "a,b%25.yaml"), "--format", "sarif"]) == 2
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    (result,) = run["results"]
+    assert result["ruleId"] == "RA-F001" and "RA-F001" in {r["id"] for r in run["tool"]["driver"]["rules"]}
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("/we%20ird/a%2Cb%2525.yaml")
+
+
+def test_the_rule_list_has_a_json_form_with_the_file_rule(capsys):
+    import json
+
+    from service.cli import main
+
+    assert main(["validate", "--list-rules", "--format", "json"]) == 0
+    rules = json.loads(capsys.readouterr().out)
+    codes = [r["code"] for r in rules]
+    assert "RA-F001" in codes and "RA-E005" in codes and codes == sorted(codes)
+
+
+@pytest.mark.parametrize("raw, said", [
+    (b"a: 1\n---\n", "a config is one YAML document: remove the `---`"),
+    (b"model:\n\tpretrained_model_name_or_path: x\n", "indent with spaces"),
+    ("a: 1\n".encode("utf-16"), "file is UTF-16 text, not UTF-8"),
+])
+def test_file_errors_name_their_cause(tmp_path, capsys, raw, said):
+    from service.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_bytes(raw)
+    assert main(["validate", str(path)]) == 2
+    assert said in capsys.readouterr().out

@@ -107,7 +107,7 @@ def load_yaml_file(path: str | Path) -> dict:
         where = err.path if err.line is None else f"{err.path}: line {err.line}"
         raise ConfigError(f"{where}: {err.reason}" + (f"; {err.fix}" if err.fix else "")) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(str(syntax_error(exc, str(path)))) from None
+        raise ConfigError(str(syntax_error(exc, str(path), text))) from None
     except ValueError as exc:  # a date that is no date (2024-13-45)
         raise ConfigError(f"{path}: a value cannot be read ({str(exc).split(':')[0]}); `recipe-advisor validate` "
                           "names the key and line") from None

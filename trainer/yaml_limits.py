@@ -68,6 +68,8 @@ def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
         # Callers read at most one byte past the limit, so the true size is not known here.
         raise YamlError(f"file is over the {max_bytes:,}-byte limit for a config",
                         path=path, fix="split the file or remove embedded data; configs are small")
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte-order mark: NUL bytes, but text
+        raise YamlError("file is UTF-16 text, not UTF-8", path=path, fix="save the file as UTF-8")
     if b"\x00" in raw[:8192]:
         raise YamlError("file looks binary (NUL bytes), not a YAML config", path=path,
                         fix="pass a .yaml text file")
@@ -78,12 +80,21 @@ def decode(raw: bytes, path: str, max_bytes: int = MAX_BYTES) -> str:
                         fix="save the file as UTF-8") from None
 
 
-def syntax_error(exc: yaml.YAMLError, path: str) -> YamlError:
+def syntax_error(exc: yaml.YAMLError, path: str, text: str = "") -> YamlError:
     where = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     line, col = mark(where) if where is not None else (None, None)
-    return YamlError(f"YAML syntax error: {problem}", path=path, line=line, column=col,
-                     fix="check indentation, colons and quotes at that line")
+    fix = "check indentation, colons and quotes at that line"
+    if "another document" in problem:
+        fix = "a config is one YAML document: remove the `---` (and what follows it) at that line"
+    elif line is not None and "\t" in _line_of(text, line)[:(col or 1)]:
+        fix = "indent with spaces: YAML does not take tabs for indentation"
+    return YamlError(f"YAML syntax error: {problem}", path=path, line=line, column=col, fix=fix)
+
+
+def _line_of(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
 def compose_within_limits(text: str, path: str, loader: type = FAST_LOADER) -> Optional[Node]:
