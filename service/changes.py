@@ -425,8 +425,16 @@ def diff(base: dict, new: dict) -> list[Change]:
     left, right = flatten(base), flatten(new)
     gbs_changed = any(not same_value(_effective(left, key), _effective(right, key)) for key in GLOBAL_BATCH_KEYS)
     megatron = is_megatron(left) or is_megatron(right)
+    # Across megatron <-> fsdp2/ddp an unrecorded key neither side writes changes meaning too: Bridge's
+    # recipe value on the one side, the trainer's default on the other (bughunt s10a #8).
+    crossing = megatron and is_megatron(left) != is_megatron(right)
     changes = []
-    for key in sorted(set(left) | set(right)):
+    for key in sorted(set(left) | set(right) | (UNRECORDED if crossing else set())):
+        if crossing and key in UNRECORDED and key not in left and key not in right:
+            changes.append(Change(key, BRIDGE_RECIPE_VALUE if is_megatron(left) else _effective(left, key),
+                                  BRIDGE_RECIPE_VALUE if is_megatron(right) else _effective(right, key),
+                                  "convergence", _UNRECORDED_REASON))
+            continue
         old, new_value = left.get(key, MISSING), right.get(key, MISSING)
         if megatron and key in UNRECORDED and (old is MISSING) != (new_value is MISSING):
             changes.append(Change(key, BRIDGE_RECIPE_VALUE if old is MISSING else old,

@@ -300,3 +300,20 @@ def test_file_errors_name_their_cause(tmp_path, capsys, raw, said):
     path.write_bytes(raw)
     assert main(["validate", str(path)]) == 2
     assert said in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- #8: megatron <-> fsdp2 with unwritten keys
+
+
+def test_leaving_megatron_lists_the_bridge_valued_keys_neither_side_writes():
+    from service.bridge_keys import BRIDGE_RECIPE_VALUE, UNRECORDED
+    from service.changes import diff, verdict
+
+    megatron = {"model": {"pretrained_model_name_or_path": "llama3-8b"}, "distributed": {"strategy": "megatron"}}
+    fsdp2 = {**megatron, "distributed": {"strategy": "fsdp2"}}
+    changes = {c.key: c for c in diff(megatron, fsdp2)}
+    assert UNRECORDED <= set(changes) and changes["distributed.strategy"].layer == "execution"
+    assert all(changes[k].layer == "convergence" and changes[k].old == BRIDGE_RECIPE_VALUE for k in UNRECORDED)
+    assert changes["rng.seed"].new == 1234 and verdict(list(changes.values())).startswith("new convergence")
+    assert [c.key for c in diff(megatron, {**megatron, "distributed": {"strategy": "megatron", "tp_size": 2}})] \
+        == ["distributed.tp_size"]  # on Megatron both sides run the recipe's values
