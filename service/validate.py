@@ -317,14 +317,14 @@ def validate_file(path: str, **kwargs) -> FileReport:
 
 
 def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(YAML files to check, paths that do not exist). Folders recurse and keep only *.yaml/*.yml."""
+    """(YAML files to check, paths that do not exist). Folders recurse and keep only *.yaml/*.yml (any case)."""
     files, missing = [], []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(str(Path(root) / n) for n in sorted(names) if n.endswith(YAML_SUFFIXES))
+                files.extend(str(Path(root) / n) for n in sorted(names) if n.lower().endswith(YAML_SUFFIXES))
         elif path.exists():
             files.append(str(path))
         else:

@@ -317,3 +317,15 @@ def test_leaving_megatron_lists_the_bridge_valued_keys_neither_side_writes():
     assert changes["rng.seed"].new == 1234 and verdict(list(changes.values())).startswith("new convergence")
     assert [c.key for c in diff(megatron, {**megatron, "distributed": {"strategy": "megatron", "tp_size": 2}})] \
         == ["distributed.tp_size"]  # on Megatron both sides run the recipe's values
+
+
+def test_an_unknown_precision_recipe_spelling_is_refused_and_upper_case_suffixes_are_walked(tmp_path):
+    from service.validate import expand_paths
+
+    text = "metadata:\n  name: x\n  precision_recipe: mxfp8\nmodel:\n  pretrained_model_name_or_path: llama3-8b\n"
+    (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C002"]
+    assert finding.key == "metadata.precision_recipe" and "'fp8mx'" in finding.fix
+    (tmp_path / "A.YAML").write_text("a: 1\n")
+    (tmp_path / "b.Yml").write_text("a: 1\n")
+    (tmp_path / "c.txt").write_text("a: 1\n")
+    assert sorted(Path(p).name for p in expand_paths([str(tmp_path)])[0]) == ["A.YAML", "b.Yml"]

@@ -66,10 +66,13 @@ class MetadataSection(_Plain):
     source: Optional[str] = None
     megatron_recipe: Optional[str] = None
     megatron_aliases: list[str] = Field(default_factory=list)
-    precision_recipe: Optional[str] = None
+    # Megatron Bridge's precision-recipe token (its recipe names' spelling): a variant such as `mxfp8` would
+    # slip past the precision rules that key off it (bughunt s10a #14).
+    precision_recipe: Optional[Literal["bf16", "fp16", "fp32", "fp8cs", "fp8ds", "fp8mx", "fp8sc", "nvfp4"]] = None
     description: Optional[str] = None
-    # Rule codes of inconsistencies the upstream recipe ships with, kept as shipped so the
-    # index mirrors Bridge; validate reports them as warnings marked "known upstream issue".
+    # Rule codes of inconsistencies the upstream recipe ships with, kept as shipped so the index mirrors
+    # Bridge; validate reports them as warnings marked "known upstream issue" where the reviewed table
+    # (recipe_index/generate/known_issues.py) records them for that recipe.
     known_issues: list[str] = Field(default_factory=list)
 
 
