@@ -329,3 +329,14 @@ def test_an_unknown_precision_recipe_spelling_is_refused_and_upper_case_suffixes
     (tmp_path / "b.Yml").write_text("a: 1\n")
     (tmp_path / "c.txt").write_text("a: 1\n")
     assert sorted(Path(p).name for p in expand_paths([str(tmp_path)])[0]) == ["A.YAML", "b.Yml"]
+
+
+def test_messages_name_the_engine_and_hardware_they_are_about():
+    bundled = BUNDLED.replace("tp_size: 1", "tp_size: 2").replace("sequence_parallel: false", "sequence_parallel: true")
+    assert not [f for f in validate_text(bundled, "c.yaml").findings if f.code == "RA-L015"]  # CPU ranks: no NVLink
+    sp_alone = BUNDLED.replace("sequence_parallel: false", "sequence_parallel: true")
+    (l004,) = [f for f in validate_text(sp_alone, "c.yaml").findings if f.code == "RA-L004"]
+    assert "the bundled trainer ignores it" in l004.message
+    evil = BUNDLED + "loss_fn:\n  _target_: builtins.eval\n"
+    (e004,) = [f for f in validate_text(evil, "c.yaml").findings if f.code == "RA-E004"]
+    assert "builtins.eval is not a trainer loss" in e004.message

@@ -193,7 +193,8 @@ def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
                          f"of strategy {strategy} (torch fuses only Adam and AdamW there)", fix))
     loss = cfg.loss_fn.target
     if loss is not None and not loss.startswith("trainer."):
-        problems.append(("loss_fn._target_", f"{loss} takes (input, target), and the training step calls "
+        takes = "takes (input, target)" if loss.startswith("torch.nn.") else "is not a trainer loss"
+        problems.append(("loss_fn._target_", f"{loss} {takes}, and the training step calls "
                          "loss_fn(model, input_ids, labels) for (loss sum, label tokens)",
                          "remove the loss_fn section for trainer.loss.causal_lm_loss, or name a trainer.* loss of "
                          "that signature"))

@@ -65,7 +65,8 @@ def tp_divides_kv_heads(f: Facts) -> Optional[Violation]:
              "mcore model_parallel_config raise; Bridge finalize() silently sets SP=False (3a)")
 def sp_needs_tp(f: Facts) -> Optional[Violation]:
     if f.layout.sp and f.layout.tp == 1:
-        return Violation("sequence_parallel is true with tp_size=1; Megatron Bridge silently turns it off",
+        who = "the bundled trainer ignores it" if bundled(f) else "Megatron Bridge silently turns it off"
+        return Violation(f"sequence_parallel is true with tp_size=1; {who}",
                          "set distributed.sequence_parallel: false, or raise distributed.tp_size")
     return None
 
@@ -256,7 +257,7 @@ def cp_divides_sequence(f: Facts) -> Optional[Violation]:
              "seed resizing rule 2: TP > 8 needs NVL72-class interconnect")
 def tp_within_nvlink(f: Facts) -> Optional[Violation]:
     domain = tp_domain(f)
-    if domain is None or f.layout.tp <= domain:
+    if domain is None or f.layout.tp <= domain or f.hardware.arch == "cpu":  # CPU ranks share memory, no NVLink
         return None
     across = "FSDP2/DDP data parallel" if bundled(f) else "PP/CP/DP"
     return Violation(f"tp_size={f.layout.tp} spans more than one NVLink domain ({domain} GPUs on "
