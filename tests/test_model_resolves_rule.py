@@ -7,7 +7,8 @@ from recipe_index.errors import ModelConfigError, UnknownModelError
 from service.validate import build_view, validate_text
 from service.yamlio import load_yaml
 
-CONFIG = ("model: {pretrained_model_name_or_path: some-model}\ndataset: {seq_length: 128}\n"
+CONFIG = ("model: {pretrained_model_name_or_path: some-model}\n"
+          "dataset: {_target_: trainer.data.MockDataset, seq_length: 128}\noptimizer: {_target_: torch.optim.AdamW}\n"
           "distributed: {strategy: fsdp2}\nhardware: {gpu_type: cpu, gpus_per_node: 2}\n")
 
 
