@@ -10,9 +10,10 @@ and some clients write every number so. Bodies mirror the CLI flags (DESIGN.md, 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from functools import lru_cache
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from service import constants as C
 from service.planner import DEFAULT_GLOBAL_BATCH, DEFAULT_SEQ_LENGTH
@@ -25,12 +26,6 @@ GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
 
 
-def _whole_number(value: Any) -> Any:
-    """8.0 -> 8 (JSON Schema counts it an integer); 8.5, "8" and true stay what strict mode refuses."""
-    return int(value) if type(value) is float and value.is_integer() else value
-
-
-WholeInt = Annotated[int, BeforeValidator(_whole_number)]
 
 # Request bounds: generous for real clusters, small enough that one request stays cheap.
 MAX_NAME = 256
@@ -42,6 +37,22 @@ MAX_TOP = 20
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        """8.0 -> 8 for an integer field (JSON Schema counts it an integer); 8.5, "8" and true stay what
+        strict mode refuses. Here rather than in the field types, so the schema keeps minimum/maximum."""
+        if not isinstance(data, dict):
+            return data
+        return {key: int(value) if type(value) is float and value.is_integer() and key in _integer_fields(cls)
+                else value for key, value in data.items()}
+
+
+@lru_cache(maxsize=None)
+def _integer_fields(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for name, field in model.model_fields.items()
+                     if field.annotation is int or int in get_args(field.annotation))
 
 
 # ---------------------------------------------------------------- validate
@@ -55,7 +66,7 @@ class ValidateRequest(_Request):
         max_length=1 << 20,
         examples=["distributed:\n  tp_size: 3\nhardware:\n  gpu_type: h100\n  gpus_per_node: 8\n"],
     )
-    gpus: Optional[WholeInt] = Field(
+    gpus: Optional[int] = Field(
         default=None,
         ge=1,
         le=MAX_GPUS,
@@ -72,7 +83,7 @@ class ValidateRequest(_Request):
         description="GPU type (a name from GET /v1/hardware; overrides `hardware.gpu_type`).",
         examples=["h100"],
     )
-    nodes: Optional[WholeInt] = Field(
+    nodes: Optional[int] = Field(
         default=None,
         ge=1,
         le=MAX_NODES,
@@ -101,7 +112,7 @@ class PlanBody(_Request):
         description="Bundled model id, alias or Hugging Face id of a bundled model (GET /v1/models).",
         examples=["llama3-8b"],
     )
-    gpus: WholeInt = Field(
+    gpus: int = Field(
         ge=1,
         le=MAX_GPUS,
         description=(
@@ -113,9 +124,9 @@ class PlanBody(_Request):
     gpu_type: str = Field(
         min_length=1, max_length=MAX_NAME, description="GPU type (GET /v1/hardware).", examples=["h100"]
     )
-    nodes: Optional[WholeInt] = Field(default=None, ge=1, le=MAX_NODES, description="Number of nodes.", examples=[1])
+    nodes: Optional[int] = Field(default=None, ge=1, le=MAX_NODES, description="Number of nodes.", examples=[1])
     goal: GOAL = Field(default="pretrain", description="pretrain, sft (full fine-tune) or peft (LoRA).", examples=["pretrain"])
-    seq_length: Optional[WholeInt] = Field(
+    seq_length: Optional[int] = Field(
         default=None,
         ge=MIN_SEQ_LENGTH,
         le=MAX_SEQ_LENGTH,
@@ -124,7 +135,7 @@ class PlanBody(_Request):
         f"{_fallback(DEFAULT_SEQ_LENGTH)}, capped by the model's context.",
         examples=[8192],
     )
-    global_batch_size: Optional[WholeInt] = Field(
+    global_batch_size: Optional[int] = Field(
         default=None,
         ge=1,
         le=MAX_GLOBAL_BATCH,
@@ -147,7 +158,7 @@ class PlanBody(_Request):
         description="`megatron` may use every parallel dimension; `bundled` only what the bundled trainer runs.",
         examples=["megatron"],
     )
-    top: WholeInt = Field(default=5, ge=1, le=MAX_TOP, description="How many layouts to return, best first.", examples=[5])
+    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many layouts to return, best first.", examples=[5])
 
 
 # ---------------------------------------------------------------- recommend
@@ -159,7 +170,7 @@ OverrideValue = Optional[Union[bool, int, float, str]]
 class RecommendBody(PlanBody):
     """What to recommend for; the fields of `recipe-advisor recommend`."""
 
-    top: WholeInt = Field(default=5, ge=1, le=MAX_TOP, description="How many runner-up layouts to return.", examples=[5])
+    top: int = Field(default=5, ge=1, le=MAX_TOP, description="How many runner-up layouts to return.", examples=[5])
     overrides: dict[Annotated[str, StringConstraints(pattern=_OVERRIDE_KEY, max_length=128)], OverrideValue] = Field(
         default_factory=dict,
         max_length=64,

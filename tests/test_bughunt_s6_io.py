@@ -168,6 +168,15 @@ def test_a_whole_number_written_as_a_float_is_that_integer(client, route):
     assert as_float.json() == as_int.json()
 
 
+def test_the_schema_keeps_the_bounds_of_every_integer_field():
+    """Review s10 #1: a whole-number type on the fields had turned minimum/maximum into raw ge/le."""
+    for model in (m.ValidateRequest, m.PlanBody, m.RecommendBody):
+        for name, prop in model.model_json_schema()["properties"].items():
+            for branch in prop.get("anyOf", [prop]):
+                if branch.get("type") == "integer":
+                    assert "minimum" in branch and "maximum" in branch and "ge" not in branch, (model, name)
+
+
 def test_json_numbers_and_override_values_still_pass(client):
     assert client.post("/v1/plan", json={**REQUEST, "top": 1}).status_code == 200
     body = m.RecommendBody.model_validate({**REQUEST, "overrides": {"optimizer.lr": 1, "a.b": True, "c.d": "x"}})
