@@ -41,6 +41,7 @@ from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
 from trainer.config import RecipeConfig, section_type
 from trainer.model_settings import DTYPES
 from trainer.optim_defaults import optimizer_defaults
+from trainer.text import clipped
 
 LAYERS = ("convergence", "execution", "benchmark-only")
 MISSING = "<absent>"
@@ -144,24 +145,21 @@ class Change:
     reason: str = ""
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "old": json_safe(clipped(self.old)), "new": json_safe(clipped(self.new)),
+        return {"key": clipped(self.key), "old": json_safe(_shown(self.old)), "new": json_safe(_shown(self.new)),
                 "layer": self.layer}
 
 
-# A change shows its values, and YAML aliases can repeat one large value many times: a 400 KB request
-# answered 77 MB (bughunt s10a #4). A value longer than this is shown by its start and its length.
-MAX_SHOWN_CHARS = 1000
-
-
+# A change shows its key and values, and YAML aliases can repeat one large value many times: a 400 KB
+# request answered 77 MB (bughunt s10a #4). Past trainer.text.clipped's limit, its start and length.
 def value_text(value: Any) -> str:
-    """``repr(value)``, cut to MAX_SHOWN_CHARS with the full length said."""
+    """``repr(value)``, clipped."""
+    return clipped(repr(value))
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as JSON shows it: itself, or where its text is too long, that text clipped."""
     text = repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:200]}... ({len(text):,} characters)"
-
-
-def clipped(value: Any) -> Any:
-    """``value`` as JSON shows it: itself, or where its text is over MAX_SHOWN_CHARS, that text clipped."""
-    return value if len(repr(value)) <= MAX_SHOWN_CHARS else value_text(value)
+    return value if clipped(text) == text else clipped(text)
 
 
 def json_safe(value: Any) -> Any:

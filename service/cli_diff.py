@@ -8,6 +8,7 @@ import sys
 
 from service.changes import diff, summary, value_text, verdict
 from service.facts import one_line
+from trainer.text import clipped
 from service.yamlio import YamlError, load_yaml, read_file, read_stdin
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
@@ -65,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"changes": [c.to_dict() for c in changes], "summary": summary(changes)},
                          indent=2, default=str))
         return EXIT_OK
-    width = max((len(c.key) for c in changes), default=0)
+    width = min(max((len(c.key) for c in changes), default=0), 60)  # one long key must not pad every line
     for c in changes:
-        print(one_line(f"{c.layer:<14} {c.key:<{width}}  {value_text(c.old)} -> {value_text(c.new)}  ({c.reason})"))
+        print(one_line(f"{c.layer:<14} {clipped(c.key):<{width}}  {value_text(c.old)} -> {value_text(c.new)}  "
+                       f"({c.reason})"))
     counts = summary(changes)
     print(f"{len(changes)} change(s): " + ", ".join(f"{n} {layer}" for layer, n in counts.items())
           + (f". {verdict(changes)}" if changes else ""))

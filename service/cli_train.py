@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from trainer.text import one_line
+
 HELP = "launch the bundled trainer via torch.distributed.run"
 LAUNCHER_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id")
 SWITCHES = ("--dry-run", "--ignore-validation-errors")
@@ -110,7 +112,7 @@ def run_argv(argv: list[str]) -> int:
         preflight(cfg, nproc * nnodes)
         check_targets_exist(cfg)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
     errors = report_validation(args.config, raw, cfg, overrides, gpus_per_node=nproc, num_nodes=nnodes,
                                ignore_errors=args.ignore_validation_errors)
@@ -124,7 +126,7 @@ def run_argv(argv: list[str]) -> int:
         try:  # creates nothing: checks that the folder could be created and written
             check_creatable_dir(Path(cfg.checkpoint.checkpoint_dir))
         except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(one_line(f"error: {exc}"), file=sys.stderr)
             return 2
         print(shlex.join(cmd))
         return 0
@@ -135,7 +137,7 @@ def run_argv(argv: list[str]) -> int:
     try:  # unchecked, the folder would fail only at the first save
         check_writable_dir(Path(cfg.checkpoint.checkpoint_dir))
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
     return launch(cmd[3:])
 
@@ -173,11 +175,11 @@ def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_p
         fix = f"; fix: {finding.fix}" if finding.fix else ""
         if finding.severity == "error" and not ignore_errors:
             errors += 1
-            print(f"error: {label}: {finding.message}{fix}", file=sys.stderr)
+            print(one_line(f"error: {label}: {finding.message}{fix}"), file=sys.stderr)
         elif finding.severity == "error":
-            print(f"warning: ignored error {label}: {finding.message}{fix}", file=sys.stderr)
+            print(one_line(f"warning: ignored error {label}: {finding.message}{fix}"), file=sys.stderr)
         elif finding.severity == "warning":
-            print(f"warning: {label}: {finding.message}{fix}", file=sys.stderr)
+            print(one_line(f"warning: {label}: {finding.message}{fix}"), file=sys.stderr)
     return errors
 
 

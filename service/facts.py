@@ -8,12 +8,11 @@ candidate layout. Rules never see YAML, so both sides apply the same rules.
 
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from recipe_index.cards import HardwareCard, ModelCard
+from trainer.text import one_line  # noqa: F401  (service.facts.one_line: the CLIs' name for it)
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -47,16 +46,6 @@ class Layout:
         return replace(self, **changes)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def one_line(text: str) -> str:
-    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``): a key or a file name from a
-    config must not start a new line in a log, where CI reads ``::error ...`` lines as workflow commands,
-    nor send terminal escapes (bughunt s10a #5)."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 def with_fix(message: str, fix: Optional[str]) -> str:
     """One line of a problem and its fix: ``why. Fix: what to do`` (a full stop between them)."""
     if not fix:
@@ -74,6 +63,9 @@ class Finding:
     fix: Optional[str] = None
     line: Optional[int] = None
     column: Optional[int] = None
+    # Findings of the same code and severity after this one that the list leaves out (validate's cap);
+    # counted in the summary, said in the message.
+    not_listed: int = 0
 
     @property
     def text(self) -> str:

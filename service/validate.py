@@ -20,6 +20,7 @@ from service.facts import Facts, Finding, Layout, split_world
 from service.rules.layout import PIPELINE_SPLIT_KEYS
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
+from trainer.text import clipped
 from trainer.config import RecipeConfig, section_fields, top_level_keys
 from trainer.fast_paths import TRAINER_LOSSES, adapts_lm_head
 
@@ -70,11 +71,11 @@ class FileReport:
 
     @property
     def errors(self) -> int:
-        return sum(f.severity == "error" for f in self.findings)
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "error")
 
     @property
     def warnings(self) -> int:
-        return sum(f.severity == "warning" for f in self.findings)
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning")
 
     def to_dict(self) -> dict:
         return {"path": self.path, "findings": [f.to_dict() for f in self.findings]}
@@ -182,7 +183,9 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                     ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
                     micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
-    extra = {"pipeline_layout": d.pipeline_layout} if d.pipeline_layout else {}
+    # A layout string in our spelling, or in Megatron's own under `model:` (what RA-L019's fix names).
+    layout_string = d.pipeline_layout or (cfg.model.model_extra or {}).get("pipeline_model_parallel_layout")
+    extra = {"pipeline_layout": layout_string} if layout_string else {}
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
     split = {k: v for k, v in (cfg.model.model_extra or {}).items() if k in PIPELINE_SPLIT_KEYS}
     if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
@@ -257,22 +260,26 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
 
 
 # A pasted file of 50,000 unknown keys made a 18 MB answer (bughunt s10a #4): past this many findings
-# of one code in one file, the last one listed says how many more there are.
+# of one code and severity in one file, the last one listed says how many more there are (and the
+# summary still counts them).
 MAX_FINDINGS_PER_CODE = 100
 
 
 def _capped(findings: list[Finding]) -> list[Finding]:
     kept: list[Finding] = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str], int] = {}
     for finding in findings:
-        seen[finding.code] = seen.get(finding.code, 0) + 1
-        if seen[finding.code] <= MAX_FINDINGS_PER_CODE:
+        finding.message = clipped(finding.message, 4000, 2000)  # any echo of config text stays bounded
+        kind = (finding.code, finding.severity)
+        seen[kind] = seen.get(kind, 0) + 1
+        if seen[kind] <= MAX_FINDINGS_PER_CODE:
             kept.append(finding)
     for finding in reversed(kept):
-        more = seen.get(finding.code, 0) - MAX_FINDINGS_PER_CODE
+        more = seen.get((finding.code, finding.severity), 0) - MAX_FINDINGS_PER_CODE
         if more > 0:
-            finding.message += f" (and {more:,} more {finding.code} finding(s) in this file, not listed)"
-            seen[finding.code] = 0
+            finding.not_listed = more
+            finding.message += f" (and {more:,} more {finding.code} {finding.severity}(s) in this file, not listed)"
+            seen[(finding.code, finding.severity)] = 0
     return kept
 
 

@@ -76,8 +76,12 @@ def test_findings_of_one_code_are_capped_and_the_last_says_how_many_more():
     text = "\n".join(f"z{i}: 1" for i in range(MAX_FINDINGS_PER_CODE + 250))
     unknown = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C001"]
     assert len(unknown) == MAX_FINDINGS_PER_CODE
-    assert unknown[-1].message.endswith("(and 250 more RA-C001 finding(s) in this file, not listed)")
+    assert unknown[-1].message.endswith("(and 250 more RA-C001 error(s) in this file, not listed)")
     assert not any("more RA-C001" in f.message for f in unknown[:-1])
+    from service.validate import FileReport
+
+    report = FileReport(path="c.yaml", findings=validate_text(text, "c.yaml").findings)
+    assert report.errors == MAX_FINDINGS_PER_CODE + 250  # the summary still counts every one
 
 
 # ---------------------------------------------------------------- #5: control characters in text output
@@ -160,7 +164,7 @@ def test_every_pair_ra_l019_offers_passes_ra_l011(model):
 
 def test_a_pair_outside_the_table_gets_both_ways_out_in_the_fix():
     (l011,) = [f for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=64) if f.code == "RA-L011"]
-    assert l011.severity == "error" and "(4, 2)" in l011.fix and "distributed.pipeline_layout" in l011.fix
+    assert l011.severity == "error" and "(4, 2)" in l011.fix and "model.pipeline_model_parallel_layout" in l011.fix
 
 
 def test_megatrons_split_settings_under_model_clear_the_warning_when_they_add_up():
@@ -173,6 +177,39 @@ def test_megatrons_split_settings_under_model_clear_the_warning_when_they_add_up
     assert error.severity == "error" and "22 layers left for 3 stage(s)" in error.message
     accounted = "  account_for_embedding_in_pipeline_split: true\n  account_for_loss_in_pipeline_split: true\n"
     assert split_findings("llama3-8b", 2, 1, nodes=2, model_keys=accounted) == []  # 34 over 2
+
+
+@pytest.mark.parametrize("model, pp, vp, ep, nodes, keys, said", [
+    ("llama3-8b", 5, 1, 1, 5, {"num_layers_in_first_pipeline_stage": 4, "num_layers_in_last_pipeline_stage": 5,
+                               "account_for_embedding_in_pipeline_split": "true"}, "cannot be set together"),
+    ("llama3-8b", 2, 2, 1, 2, {"num_layers_in_first_pipeline_stage": 15, "num_layers_in_last_pipeline_stage": 17},
+     "does not divide by VP=2"),
+    ("llama3-8b", 4, 1, 1, 4, {"num_layers_in_first_pipeline_stage": 0}, "a whole number above 0"),
+    ("llama3-8b", 4, 1, 1, 4, {"account_for_embedding_in_pipeline_split": "true"}, "33 layers left for 4"),
+    ("kimi-k2", 4, 2, 8, 64, {"num_layers_in_first_pipeline_stage": 3}, "Megatron refuses"),
+])
+def test_split_settings_megatron_refuses_are_errors(model, pp, vp, ep, nodes, keys, said):
+    """Review s10 #3: Megatron-Core's TransformerConfig refuses each of these."""
+    written = "".join(f"  {k}: {v}\n" for k, v in keys.items())
+    (error,) = [f for f in split_findings(model, pp, vp, ep=ep, nodes=nodes, model_keys=written)
+                if f.code == "RA-L011"]
+    assert error.severity == "error" and said in error.message
+
+
+def test_a_split_that_only_adds_up_with_the_accounting_passes_and_vp_counts_per_rank():
+    both = "  account_for_embedding_in_pipeline_split: true\n  account_for_loss_in_pipeline_split: true\n"
+    assert split_findings("gemma2-9b", 4, 1, nodes=4, model_keys=both) == []  # 42 + 2 = 44: 11 a stage
+    (error,) = split_findings("gemma2-9b", 4, 1, nodes=4, model_keys=both.splitlines()[0] + "\n")
+    assert "43 layers left for 4 stage(s)" in error.message  # one flag is not enough
+    edges = "  num_layers_in_first_pipeline_stage: 6\n  num_layers_in_last_pipeline_stage: 6\n"
+    assert split_findings("llama3-8b", 4, 2, nodes=4, model_keys=edges) == []  # 6 / 10 x 2 / 6, each by VP 2
+
+
+def test_the_layout_string_ra_l019_names_clears_ra_l011_and_the_pairs_fit_the_world():
+    layout = '  pipeline_model_parallel_layout: "Et*15|t*15|t*15|t*16L"\n'
+    assert [f.code for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=8, model_keys=layout)] == ["RA-L019"]
+    (l011,) = [f for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=8) if f.code == "RA-L011"]
+    assert "(8, 2)" in l011.fix and "(16, 1)" not in l011.fix  # PP 16 x EP 8 is more than 64 GPUs
 
 
 # ---------------------------------------------------------------- #3: validate reports what the trainer refuses
@@ -340,3 +377,57 @@ def test_messages_name_the_engine_and_hardware_they_are_about():
     evil = BUNDLED + "loss_fn:\n  _target_: builtins.eval\n"
     (e004,) = [f for f in validate_text(evil, "c.yaml").findings if f.code == "RA-E004"]
     assert "builtins.eval is not a trainer loss" in e004.message
+
+
+# ---------------------------------------------------------------- review s10 of the fixes above
+
+
+def test_an_explicit_null_target_is_an_error_and_a_fragment_still_reports_what_is_written_wrong():
+    null = BUNDLED.replace("_target_: torch.optim.AdamW", "_target_: null")
+    assert ("error", "optimizer._target_") in e005(null)
+    fragment = "peft: {rank: 4, target_modules: [bogus_proj]}\n"
+    assert e005(fragment) == [("warning", "model.pretrained_model_name_or_path"), ("error", "peft.target_modules")]
+
+
+def test_the_pre_flight_refuses_a_foreign_target_first_and_messages_keep_their_fix():
+    from trainer.launch import preflight
+    from trainer.config import parse_config
+    from trainer.overrides import ConfigError, load_yaml_file
+
+    raw = load_yaml_file(INDEX / "bundled" / "tiny_llama_pretrain.yaml")
+    both = {**raw, "optimizer": {"_target_": None}, "loss_fn": {"_target_": "os.system"}}
+    with pytest.raises(ConfigError, match="loss_fn._target_: 'os.system' is outside the allowed module prefixes"):
+        preflight(parse_config(both), 2, compare_resume=False)
+    attn = {**raw, "model": {**raw["model"], "attn_implementation": "flash_attention_9"}}
+    with pytest.raises(ConfigError) as err:
+        preflight(parse_config(attn), 2, compare_resume=False)
+    assert str(err.value).endswith("; use one of them, or remove the key for sdpa")
+
+
+def test_long_keys_and_aliased_targets_stay_bounded_in_every_output(tmp_path, capsys):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.cli import main
+
+    big = "k" * 50_000
+    new = "metadata:\n  name: x\n  description: &a " + big + "\n" + "".join(f"m{i}:\n  *a : 1\n" for i in range(40))
+    client = TestClient(create_app())
+    assert len(client.post("/v1/diff", json={"base": "metadata:\n  name: y\n", "new": new}).content) < 100_000
+    (tmp_path / "a.yaml").write_text("metadata:\n  name: y\n")
+    (tmp_path / "b.yaml").write_text(new + "".join(f"z{i}: {i}\n" for i in range(200)))
+    assert main(["diff", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]) == 0
+    assert len(capsys.readouterr().out) < 200_000  # no line is padded to the 50,000-character key
+    aliased = ("optimizer:\n  _target_: torch.optim.AdamW\n  x: &a os." + "a" * 50_000 + "\n  groups:\n"
+               + "    - {_target_: *a}\n" * 50)
+    assert len(client.post("/v1/validate", json={"yaml": aliased}).content) < 100_000
+
+
+def test_train_escapes_control_characters_of_keys_in_its_errors(tmp_path, capsys):
+    from service.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(BUNDLED.replace("model:\n", 'model:\n  "x\\n::error file=a::forged": 1\n', 1))
+    assert main(["train", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "x\\n::error" in err and not any(line.startswith("::") for line in err.splitlines())

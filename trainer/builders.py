@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 from recipe_index.models import REPO_ID, find_bundled_model, hub_offline
 from trainer.config import ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, is_public_dotted_path
 from trainer.overrides import ConfigError, FieldError
+from trainer.text import clipped
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,8 @@ def _allowed(dotted: str) -> bool:
 def check_target(target: Any, key: str) -> str:
     """Refuse a target outside the allow-list, without importing anything. Returns the target."""
     if not is_public_dotted_path(target):
-        shown = repr(target) if len(repr(target)) <= 80 else f"{repr(target)[:60]}... ({len(repr(target)):,} characters)"
         raise ConfigError(
-            f"{key}._target_: {shown} is not a dotted Python path like torch.optim.AdamW "
+            f"{key}._target_: {clipped(repr(target), 80, 60)} is not a dotted Python path like torch.optim.AdamW "
             f"(public names only: no leading underscores; at most {MAX_TARGET_CHARS} characters)"
         )
     if not _allowed(target):

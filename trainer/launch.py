@@ -14,7 +14,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
@@ -27,6 +27,7 @@ from trainer.model_checks import (check_model_keys, check_model_section, check_p
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import derive_grad_acc_steps
+from trainer.text import one_line
 
 DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
@@ -97,8 +98,13 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
     s = cfg.step_scheduler
     derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // d.tp_size)
-    for key, why, fix in section_problems(cfg)[:1]:
-        raise ConfigError(f"{key}: {why}; {fix}")
+    for section_name in ("optimizer", "loss_fn", "recipe", "model"):  # the allow-list first: a security refusal
+        target = getattr(cfg, section_name).target
+        if target is not None:
+            check_target(target, section_name)
+    problems = section_problems(cfg)
+    if problems:
+        raise ConfigError(str(problems[0]))
     for section_name in ("dataset", "validation_dataset"):
         section = getattr(cfg, section_name)
         if section is None:
@@ -115,10 +121,6 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
     if cfg.recipe.kwargs():  # the recipe class is built as recipe_cls(cfg, raw, info): a keyword would be ignored
         raise ConfigError(f"recipe.{next(iter(cfg.recipe.kwargs()))}: the recipe class takes no keyword arguments (the "
                           "trainer would ignore it); remove it")
-    for section_name in ("optimizer", "loss_fn", "recipe", "model"):
-        target = getattr(cfg, section_name).target
-        if target is not None:
-            check_target(target, section_name)
     check_step_callables(cfg)
     check_model_section(cfg.model)
     check_seq_lengths(cfg, declared_positions(cfg.model)[1], cfg.model.pretrained_model_name_or_path)
@@ -128,29 +130,42 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         check_resume_before_launch(cfg, world_size)
 
 
-def _problem(message: str) -> tuple[str, str, str]:
-    """A ConfigError's ``key: why; fix`` as (key, why, fix)."""
-    key, _, rest = message.partition(": ")
+class Problem(NamedTuple):
+    """One thing the trainer cannot build from: the key, why, the fix, and whether the key is left out."""
+    key: str
+    why: str
+    fix: str = ""
+    missing: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.why}" + (f"; {self.fix}" if self.fix else "")
+
+
+def _problem(exc: ConfigError) -> Problem:
+    """A ConfigError of the shared checks (``key: why; fix``) as a Problem."""
+    key, _, rest = str(exc).partition(": ")
     why, _, fix = rest.partition("; ")
-    return key, why, fix or "see the message"
+    return Problem(key, why, fix, missing=why == "missing")
 
 
-def section_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
-    """(key, why, fix) for each section the trainer cannot build from: a dataset, optimizer or model it
-    is not told, keys and values the default model loader refuses, LoRA targets that match no layer,
-    LoRA with tensor parallel. Reads no file and no network. The pre-flight refuses the first; validate
-    reports each (RA-E005)."""
+def section_problems(cfg: RecipeConfig) -> list[Problem]:
+    """Each section the trainer cannot build from: a dataset, optimizer or model it is not told, keys
+    and values the default model loader refuses, LoRA targets that match no layer, LoRA with tensor
+    parallel. Reads no file and no network. The pre-flight refuses the first; validate reports each
+    (RA-E005)."""
     problems = []
     for name in ("dataset", "validation_dataset"):
         if getattr(cfg, name) is not None:
             try:
                 dataset_call(getattr(cfg, name), name)
             except ConfigError as exc:
-                problems.append(_problem(str(exc)))
+                problems.append(_problem(exc))
     if cfg.optimizer.target is None:
-        problems.append(("optimizer._target_", "missing", "e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}"))
+        problems.append(Problem("optimizer._target_", "missing",
+                                "e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}", missing=True))
     if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
-        problems.append(("model.pretrained_model_name_or_path", "missing", "name a model (bundled id, folder or hub id)"))
+        problems.append(Problem("model.pretrained_model_name_or_path", "missing",
+                                "name a model (bundled id, folder or hub id)", missing=True))
     checks = [lambda: check_model_keys(cfg.model)]
     if cfg.peft is not None:
         checks.append(lambda: check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None))
@@ -158,10 +173,9 @@ def section_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
         try:
             check()
         except ConfigError as exc:
-            problems.append(_problem(str(exc)))
+            problems.append(_problem(exc))
     if cfg.peft is not None and cfg.distributed.tp_size > 1 and not CAPABILITIES.get("tp_with_lora"):
-        problems.append(("distributed.tp_size", f"LoRA runs with data parallel only here ({cfg.distributed.tp_size})",
-                         "set tp_size: 1"))
+        problems.append(Problem("distributed.tp_size", "LoRA runs with data parallel only here", "set tp_size: 1"))
     return problems
 
 
@@ -256,7 +270,7 @@ def run(argv: list[str]) -> int:
         preflight(cfg, launch_world_size(), compare_resume=False)
     except ConfigError as exc:
         if _is_rank_zero():
-            print(f"error: {exc}", file=sys.stderr)
+            print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
 
     from trainer.builders import resolve_target
@@ -266,7 +280,7 @@ def run(argv: list[str]) -> int:
         info = init_distributed(cfg.distributed.backend)
     except ConfigError as exc:
         if _is_rank_zero():
-            print(f"error: {exc}", file=sys.stderr)
+            print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     try:
         check_on_main(lambda: check_writable_dir(Path(cfg.checkpoint.checkpoint_dir)))
@@ -282,7 +296,7 @@ def run(argv: list[str]) -> int:
         return EXIT_OK
     except ConfigError as exc:
         if info.is_main:
-            print(f"error: {exc}", file=sys.stderr)
+            print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     except Exception as exc:
         if _stop_requested:  # a peer left on the same Ctrl-C first, failing this rank's collective

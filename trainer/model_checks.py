@@ -44,7 +44,8 @@ def check_model_keys(section: Any) -> None:
     check_default_loader_kwargs(kwargs)
     attn = kwargs.get("attn_implementation", "sdpa")
     if attn not in ATTN_IMPLEMENTATIONS:
-        raise ConfigError(f"model.attn_implementation: {attn!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+        raise ConfigError(f"model.attn_implementation: {attn!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}; "
+                          "use one of them, or remove the key for sdpa")
 
 
 def check_model_section(section: Any) -> None:

@@ -14,6 +14,7 @@ from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
 from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, top_level_keys
 from trainer.source_reader import module_file
+from trainer.text import clipped
 
 if TYPE_CHECKING:  # pragma: no cover
     from service.validate import ConfigView
@@ -350,13 +351,13 @@ def target_allowed(view: "ConfigView") -> Iterator[Violation]:
         if is_allowed(target):
             continue
         where = f"{key}._target_" if key else "_target_"
+        shown = clipped(repr(target), 80, 60)  # an aliased huge string would be echoed in every finding
         if isinstance(target, str) and target.startswith(ALLOWED_PREFIXES):  # the trainer refuses it the same way
-            shown = repr(target) if len(target) <= 80 else f"'{target[:60]}...' ({len(target):,} characters)"
             yield Violation(f"_target_ {shown} is not a dotted path of public names of at most {MAX_TARGET_CHARS} "
                             "characters; it was not imported", "name the public callable (no leading underscores)",
                             key=where)
             continue
-        yield Violation(f"_target_ {target!r} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
+        yield Violation(f"_target_ {shown} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
                         "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.", key=where)
 
 

@@ -38,18 +38,24 @@ def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
     from trainer.launch import section_problems  # torch-free; the trainer's own check, not a copy
 
     problems = section_problems(cfg)
-    unnamed = [p for p in problems if p[0] == "model.pretrained_model_name_or_path"]
-    if unnamed:  # a fragment (a layout to check, a snippet): one warning, not a missing-section list
-        key, why, fix = unnamed[0]
-        yield Violation(f"{key}: {why}: the bundled trainer cannot run a config that names no model (nor, "
-                        "unless written, its dataset and optimizer)", fix, severity="warning", key=key)
-        return
-    for key, why, fix in problems:
-        if why == "missing":  # a section left out (a partial config), as opposed to one written wrong
-            yield Violation(f"{key}: missing; the bundled trainer refuses the config without it", fix,
-                            severity="warning", key=key)
-        else:
-            yield Violation(f"{key}: {why}", fix, key=key)
+    fragment = any(p.missing and p.key.startswith("model.") for p in problems)
+    for p in problems:
+        if not p.missing:
+            yield Violation(f"{p.key}: {p.why}", p.fix or "see the message", key=p.key)
+        elif _written_as_null(view.doc.data, p.key):  # `_target_: null`: written wrong, not left out
+            yield Violation(f"{p.key}: null; the bundled trainer refuses the config without it", p.fix, key=p.key)
+        elif p.key.startswith("model."):  # a fragment (a layout to check, a snippet): one warning for it
+            yield Violation(f"{p.key}: missing: the bundled trainer cannot run a config that names no model (nor, "
+                            "unless written, its dataset and optimizer)", p.fix, severity="warning", key=p.key)
+        elif not fragment:  # a section left out of a config that names its model
+            yield Violation(f"{p.key}: missing; the bundled trainer refuses the config without it", p.fix,
+                            severity="warning", key=p.key)
+
+
+def _written_as_null(data: dict, key: str) -> bool:
+    section, _, leaf = key.partition(".")
+    node = data.get(section)
+    return isinstance(node, dict) and leaf in node and node[leaf] is None
 
 
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",

@@ -166,24 +166,29 @@ PIPELINE_SPLIT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_l
 
 
 def _split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
-    """Why Megatron's split settings in ``split`` do not place ``layers`` on PP x VP, or None when they do:
-    every stage's layers divide by VP, the middle stages even (counting the embedding and loss as a layer
-    each where asked)."""
-    try:
-        first = int(split.get("num_layers_in_first_pipeline_stage") or 0)
-        last = int(split.get("num_layers_in_last_pipeline_stage") or 0)
-    except (TypeError, ValueError):
-        return "num_layers_in_first/last_pipeline_stage must be whole numbers"
-    extra = bool(split.get("account_for_embedding_in_pipeline_split")) + bool(
-        split.get("account_for_loss_in_pipeline_split"))
-    edges = [count for count in (first, last) if count]
+    """Why Megatron's split settings in ``split`` do not place ``layers`` on PP x VP, or None when they do.
+    Megatron-Core's TransformerConfig: first/last stage sizes are whole numbers above 0, not combined with
+    the embedding/loss accounting; every rank's layers divide by VP; the middle stages are even (counting
+    the embedding and the loss as a layer each where asked)."""
+    edges = {k: split[k] for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+             if split.get(k) is not None}
+    accounting = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+                  if split.get(k)]
+    if edges and accounting:
+        return f"{' and '.join(edges)} cannot be set together with {' or '.join(accounting)} (Megatron refuses both)"
+    for key, count in edges.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            return f"{key} must be a whole number above 0, got {count!r}"
+        if count % vp:
+            return f"{key}={count} does not divide by VP={vp} (each rank's layers split into VP chunks)"
     middle_stages = pp - len(edges)
-    rest = layers + extra - sum(edges)
+    rest = layers + len(accounting) - sum(edges.values())
     if middle_stages == 0:
-        return None if rest == 0 else f"the first and last stages hold {sum(edges)} of {layers} layers"
-    if rest <= 0 or rest % middle_stages or any(count % vp for count in (*edges, rest // middle_stages)):
-        return (f"{rest} layers left for {middle_stages} stage(s) of the rest"
-                f"{f' (embedding and loss counted: {extra})' if extra else ''} do not split evenly in chunks of VP={vp}")
+        return None if rest == 0 else f"the first and last stages hold {sum(edges.values())} of {layers} layers"
+    if rest <= 0 or rest % middle_stages or (rest // middle_stages) % vp:
+        counted = f" (embedding and loss counted: {len(accounting)})" if accounting else ""
+        return (f"{rest} layers left for {middle_stages} stage(s){counted} do not split evenly in chunks of "
+                f"VP={vp}")
     return None
 
 
@@ -191,28 +196,39 @@ def _split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
              "mcore transformer_config pipeline split rules (3b)")
 def layers_split_over_stages(f: Facts) -> Optional[Violation]:
     lay = f.layout
-    if f.model is None or lay.pp == 1 or f.extra.get("pipeline_layout"):
+    if f.model is None or lay.pp == 1:
+        return None
+    if f.extra.get("pipeline_layout"):
+        if f.extra.get("pipeline_split"):
+            return Violation(f"a pipeline layout string places the layers, and Megatron refuses "
+                             f"{', '.join(f.extra['pipeline_split'])} together with one", "remove those keys from model:")
         return None
     layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
-    table = PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
-    if (lay.pp, lay.vp_or_1) in table:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
+    placed = (lay.pp, lay.vp_or_1) in PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
+    if placed and f.extra.get("pipeline_split"):  # the builder writes a layout string; Megatron takes not both
+        return Violation(f"the Bridge recipe of {f.model.id} places PP={lay.pp} x VP={lay.vp_or_1} with a layout "
+                         f"string, and Megatron refuses {', '.join(f.extra['pipeline_split'])} together with one",
+                         "remove those keys from model:")
+    if placed:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
         return None
     if f.extra.get("pipeline_split"):
         problem = _split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
         return None if problem is None else Violation(
             f"the model config's pipeline split does not place {layers} decoder layers on PP={lay.pp} x VP="
-            f"{lay.vp_or_1}: {problem}", f"use {megatron_split(layers, lay.pp, lay.vp_or_1) or 'another PP x VP'}")
+            f"{lay.vp_or_1}: {problem}",
+            "remove those keys from model: (the layers divide evenly)" if layers % stages == 0 else
+            f"use {megatron_split(layers, lay.pp, lay.vp_or_1) or 'another PP x VP'} under model:")
     if layers % stages == 0:
         return None
     split = megatron_split(layers, lay.pp, lay.vp_or_1)
     if split is None:
         ok = [d for d in divisors(layers) if d <= 64]
-        pairs = [p for p in sorted(table) if p[0] > 1]
+        pairs = table_pairs(f)
         return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
                          f"{lay.vp_or_1} stages in any way Megatron accepts",
-                         f"choose PP*VP among the divisors of {layers}: {ok}"
-                         + (f", or a (pp_size, vp_size) pair its Bridge recipe places: {pairs}" if pairs else "")
-                         + ", or give distributed.pipeline_layout (a Bridge layout string)")
+                         (f"use a (pp_size, vp_size) pair its Bridge recipe places: {pairs}, or " if pairs else "")
+                         + f"choose PP*VP among the divisors of {layers}: {ok}, or give "
+                         "model.pipeline_model_parallel_layout (a Bridge layout string)")
     return Violation(f"{layers} decoder layers do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
                      f"{stages} stages; Megatron needs an explicit uneven split",
                      f"set {split} under `model:` (Megatron's model config), or pick PP*VP dividing {layers}",
@@ -351,6 +367,14 @@ def explicit_layouts(model_id: str) -> bool:
     return False
 
 
+def table_pairs(f: Facts) -> list[tuple[int, int]]:
+    """The (PP, VP) pairs > 1 of the model's Bridge layout table that this world holds with the layout's
+    TP, CP, EP and ETP (what RA-L011 and RA-L019 offer)."""
+    lay, world = f.layout, f.world_size
+    return [(pp, vp) for pp, vp in sorted(PIPELINE_LAYOUT_TABLES.get(f.model.id, ())) if pp > 1 and (
+        not world or (world % (lay.tp * pp * lay.cp) == 0 and world % (pp * lay.ep * lay.etp) == 0))]
+
+
 # A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as
 # NVIDIA's performance recipes do (DeepSeek-V3 PP 2 x VP 8, Kimi K2 PP 16); the library recipe that
 # `run_recipe.py --recipe` builds does not.
@@ -363,7 +387,7 @@ def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
     layers, pair = f.model.num_hidden_layers, (lay.pp, lay.vp_or_1)
     if not needs_unwritten_layout(f.model.id, layers, *pair):
         return None
-    table = sorted(p for p in PIPELINE_LAYOUT_TABLES[f.model.id] if p[0] > 1)
+    table = table_pairs(f)
     if pipeline_pair_refused(f.model.id, *pair):
         outcome = "raises ValueError for any other, so `run_recipe.py --recipe` fails at start-up"
     else:

@@ -77,8 +77,6 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
     if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
         raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
                           "splits the sequence over the TP ranks")
-    if tp > 1 and cfg.peft is not None:
-        raise ConfigError("distributed.tp_size: LoRA runs with data parallel only here; set tp_size: 1")
 
 
 def apply_peft(model: nn.Module, section) -> nn.Module:
