@@ -431,3 +431,11 @@ def test_train_escapes_control_characters_of_keys_in_its_errors(tmp_path, capsys
     assert main(["train", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "x\\n::error" in err and not any(line.startswith("::") for line in err.splitlines())
+
+
+@pytest.mark.parametrize("text, fix", [('"distributed.": 1\n', "did you mean `distributed`?"),
+                                       ('rng:\n  "seed.x": 1\n', "did you mean `seed`?")])
+def test_the_nesting_fix_is_offered_only_where_a_section_can_hold_the_rest(text, fix):
+    """Review s10 #10."""
+    (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C001"]
+    assert finding.fix == fix

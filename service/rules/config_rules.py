@@ -12,7 +12,7 @@ from recipe_index.errors import UnknownRecipeError
 from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
-from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, top_level_keys
+from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, section_type, top_level_keys
 from trainer.source_reader import module_file
 from trainer.text import clipped
 
@@ -51,8 +51,11 @@ def unknown_keys(view: "ConfigView") -> Iterator[Violation]:
             head, _, rest = dotted.partition(".")
             parent = key[:-len(dotted)].rstrip(".")
             known = section_fields(parent) if parent else top_level_keys()
-            fix = (f"nest it: `{head}:` on one line and `  {rest}: ...` under it" if head in known
-                   else _did_you_mean(dotted.replace(".", "_"), known) if known else "write it as nested YAML")
+            # Nesting helps only under a section: `optimizer.lr`, not `distributed.` or `seed.x` under rng.
+            nests = not parent and rest and head in known and section_type(head) is not None
+            fix = (f"nest it: `{head}:` on one line and `  {rest}: ...` under it" if nests
+                   else _did_you_mean(dotted.replace(".", "_").strip("_"), known) if known
+                   else "write it as nested YAML")
             yield Violation(f"unknown key `{dotted}`: a YAML key is one name, not a dotted path (that is the "
                             f"spelling of an override, --{key})", fix, key=key)
             continue
