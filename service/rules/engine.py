@@ -20,24 +20,18 @@ GIB = 1024**3
 @config_rule("RA-E004", "error", "optimizer", "the bundled trainer's step can call the optimizer and loss",
              "trainer/launch.py step_callable_problems (the pre-flight refuses the same)")
 def step_callables(view: "ConfigView") -> Iterator[Violation]:
-    cfg = view.config
-    if cfg is None or cfg.distributed.strategy == "megatron":
-        return
     from trainer.launch import step_callable_problems  # torch-free; the trainer's own check, not a copy
 
-    for key, why, fix in step_callable_problems(cfg):
+    for key, why, fix in step_callable_problems(view.config) if _runs_bundled(view) else ():
         yield Violation(f"{key}: {why}", fix, key=key)
 
 
 @config_rule("RA-E005", "error", "", "the bundled trainer is told what to build",
              "trainer/launch.py section_problems (the pre-flight refuses the same)")
 def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
-    cfg = view.config
-    if cfg is None or cfg.distributed.strategy == "megatron":
-        return
     from trainer.launch import section_problems  # torch-free; the trainer's own check, not a copy
 
-    problems = section_problems(cfg)
+    problems = section_problems(view.config) if _runs_bundled(view) else []
     fragment = any(p.missing and p.key.startswith("model.") for p in problems)
     for p in problems:
         if not p.missing:
@@ -50,6 +44,11 @@ def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
         elif not fragment:  # a section left out of a config that names its model
             yield Violation(f"{p.key}: missing; the bundled trainer refuses the config without it", p.fix,
                             severity="warning", key=p.key)
+
+
+def _runs_bundled(view: "ConfigView") -> bool:
+    """A config the bundled trainer runs (fsdp2/ddp): the ones its own pre-flight checks apply to."""
+    return view.config is not None and view.config.distributed.strategy != "megatron"
 
 
 def _written_as_null(data: dict, key: str) -> bool:
