@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 def run_argv(argv: list[str]) -> int:
     """Entry from service.cli: everything after `train`."""
     args, overrides = _split(argv)
-    from trainer.checkpoint import check_creatable_dir, check_writable_dir
+    from trainer.checkpoint_dir import check_creatable_dir, check_writable_dir
     from trainer.launch import load_config, preflight
     from trainer.overrides import ConfigError
 

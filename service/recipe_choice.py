@@ -12,7 +12,7 @@ from recipe_index.cards import ModelCard
 from recipe_index.models import find_bundled_model
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
-from service.rules.layout import PRECISION_TOKEN, token_runs_on
+from service.rules.precision import PRECISION_TOKEN, token_runs_on
 
 
 def _size(card: ModelCard) -> float:

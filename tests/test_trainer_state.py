@@ -186,7 +186,9 @@ def test_checkpoint_dir_is_created_and_probed_at_startup(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(ckpt.tempfile, "NamedTemporaryFile", read_only)
+    from trainer import checkpoint_dir
+
+    monkeypatch.setattr(checkpoint_dir.tempfile, "NamedTemporaryFile", read_only)
     with pytest.raises(ConfigError, match=r"cannot write in '.*runs/a' \(Permission denied\)"):
         ckpt.check_writable_dir(target)
 

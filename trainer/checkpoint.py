@@ -34,12 +34,12 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from trainer.checkpoint_dir import check_creatable_dir, check_writable_dir  # noqa: F401  (ckpt.* names)
 from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
 from trainer.optim_defaults import optimizer_defaults
@@ -168,37 +168,6 @@ def checked_resume(cfg: Any, checkpoint_dir: Path, world_size: Optional[int],
         raise unfit_checkpoint_error(path, diffs, explicit)
     chosen_by = "restore_from.path" if explicit else "checkpoint.checkpoint_dir"
     return path, check_resume_config(path, cfg, chosen_by, world_size)
-
-
-def check_writable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> None:
-    """Create ``path`` (with its parents) and write a probe file in it: an unusable folder is a config
-    error at startup, not a traceback at the first save (or the first metrics line) after training."""
-    fix = "choose a folder this user can create and write"
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{key}: '{path}' is a file, not a folder; {fix}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot create '{path}' ({exc.strerror or exc}); {fix}") from None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_probe_"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot write in '{path}' ({exc.strerror or exc}); {fix}") from None
-
-
-def check_creatable_dir(path: Path, key: str = "checkpoint.checkpoint_dir") -> None:
-    """What :func:`check_writable_dir` checks, without creating anything (``train --dry-run``): the
-    folder, or the nearest folder above it that exists, must be a folder this user can write in."""
-    fix = "choose a folder this user can create and write"
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{key}: '{path}' is a file, not a folder; {fix}")
-    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
-    try:  # a probe folder, removed at once: access() says yes to root where mkdir still fails (/proc)
-        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".write_probe_"))
-    except OSError as exc:
-        where = "" if existing == path.absolute() else f" (in '{existing}', the nearest folder that exists)"
-        raise ConfigError(f"{key}: cannot create or write in '{path}'{where}: {exc.strerror or exc}; {fix}") from None
 
 
 # ----------------------------------------------------------------------------- compatibility

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple, Optional
 
 from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
-from trainer.checkpoint import check_writable_dir, resolve_restore
+from trainer.checkpoint import resolve_restore
+from trainer.checkpoint_dir import check_writable_dir
 from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.capabilities import CAPABILITIES

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from recipe_index import get_recipe
 from recipe_index.errors import UnknownRecipeError
-from service.rules.layout import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
+from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
 from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, section_type, top_level_keys

@@ -1,4 +1,4 @@
-"""Layout, batch and hardware rules: what Megatron-Core / Bridge enforce, plus the
+"""Layout and batch rules (the precision rules are in precision.py): what Megatron-Core / Bridge enforce, plus the
 resizing rules and pitfalls of the recipe-recommender seed.
 
 Sources are the sections of reference/mbridge_rules.md (3a-3d, 3h) and the
@@ -8,13 +8,11 @@ seed's "Parallelism Resizing Rules" / "Common Pitfalls". Each rule judges a
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
 from functools import lru_cache
 from math import lcm
 from typing import Optional
 
-from recipe_index import list_hardware, list_recipes
+from recipe_index import list_recipes
 from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
 from service.rules.sizes import bundled, cp_sizes, divisors, larger_tp, megatron_split, tp_domain
@@ -432,97 +430,3 @@ def global_batch_divides(f: Facts) -> Optional[Violation]:
     return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",
                      f"keep the global batch (it is convergence) and change the layout so micro*DP divides {gbs}, "
                      f"or, as a new experiment, use global_batch_size {' or '.join(map(str, near))}")
-
-
-FP8_RECIPES = ("fp8cs", "fp8ds", "fp8mx", "fp8sc")  # Bridge tokens: current, delayed, MX block, subchannel scaling
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")  # trainer/config.py `precision`
-PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")  # Bridge recipe names
-MXFP8_ARCHS = ("blackwell", "rubin")  # Transformer Engine check_mxfp8_support: compute capability >= 10.0
-
-
-def token_runs_on(token: Optional[str], hw) -> bool:
-    """Whether a Bridge precision token's recipe runs on hardware ``hw`` (RA-P001..3 as a predicate)."""
-    if token == "fp8mx":
-        return hw.arch in MXFP8_ARCHS
-    if token in FP8_RECIPES:
-        return hw.supports_fp8
-    return hw.supports_fp4 if token == "nvfp4" else True
-
-
-def precision_of_token(token: Optional[str]) -> Optional[str]:
-    """The config ``precision`` a Bridge precision token (recipe name, ``metadata.precision_recipe``)
-    trains in; None for a token we do not know."""
-    if token in FP8_RECIPES:
-        return "fp8"
-    return token if token in PRECISIONS else None
-
-
-def recipe_precision(f: Facts) -> tuple[Optional[str], Optional[str]]:
-    """(token, key) of the precision recipe Megatron Bridge runs: ``metadata.precision_recipe``, else
-    the token in ``metadata.megatron_recipe`` (what ``run_recipe.py --recipe`` loads); (None, None).
-    Only for ``strategy: megatron``: the bundled trainer reads ``precision`` and ignores the labels."""
-    if f.strategy != "megatron":
-        return None, None
-    label = f.extra.get("precision_recipe")
-    if label:
-        return label, "metadata.precision_recipe"
-    match = PRECISION_TOKEN.search(f.extra.get("megatron_recipe") or "")
-    return (match.group(1), "metadata.megatron_recipe") if match else (None, None)
-
-
-def _gpus_of(archs: tuple[str, ...]) -> str:
-    return ", ".join(hw.name for hw in list_hardware() if hw.arch in archs)
-
-
-def _precision_without_tensor_cores(f: Facts, precision: str, capability: str, cores: str,
-                                    fix: str) -> Optional[Violation]:
-    """A violation when the config asks for ``precision`` (in ``precision``, or in the precision recipe
-    Megatron Bridge runs: ``recipe_precision``) on hardware lacking ``capability``."""
-    hw = f.hardware
-    token, key = recipe_precision(f)
-    by_value, by_recipe = f.precision == precision, precision_of_token(token) == precision
-    if not (by_value or by_recipe) or hw is None or getattr(hw, capability):
-        return None
-    if by_value:
-        asked = f"precision {precision}" + (f" ({token})" if by_recipe and token != precision else "")
-    else:
-        asked = f"{key} {token if key == 'metadata.precision_recipe' else f.extra['megatron_recipe']}"
-    return Violation(f"{asked} on {hw.name}, which has no {cores} tensor cores", fix,
-                     key=None if by_value else key)
-
-
-@layout_rule("RA-P001", "error", "precision", "FP8 needs Ada/Hopper or newer",
-             "Transformer Engine FP8 needs compute capability >= 8.9")
-def fp8_needs_hardware(f: Facts) -> Optional[Violation]:
-    violation = _precision_without_tensor_cores(f, "fp8", "supports_fp8", "FP8", "")
-    if violation is None:
-        return None
-    target = (f"a {_gpus_of(MXFP8_ARCHS)} GPU for MXFP8" if recipe_precision(f)[0] == "fp8mx"
-              else "an H100/H200/B200-class GPU for fp8")
-    if violation.key:  # raised by the Bridge label alone: `precision` is already fine, the label is not
-        return replace(violation, fix=f"point {violation.key} at a bf16 recipe on this hardware, or use {target}")
-    return replace(violation, fix=f"use precision: bf16 on this hardware, or {target}")
-
-
-@layout_rule("RA-P002", "error", "precision", "NVFP4 needs Blackwell or newer",
-             "NVFP4 tensor cores exist from Blackwell on")
-def nvfp4_needs_hardware(f: Facts) -> Optional[Violation]:
-    return _precision_without_tensor_cores(f, "nvfp4", "supports_fp4", "FP4",
-                                           "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")
-
-
-@layout_rule("RA-P003", "error", "metadata.precision_recipe", "MXFP8 needs Blackwell or newer",
-             "Transformer Engine check_mxfp8_support: compute capability >= 10.0, asserted when the recipe starts")
-def mxfp8_needs_hardware(f: Facts) -> Optional[Violation]:
-    hw = f.hardware
-    token, key = recipe_precision(f)
-    if token != "fp8mx" or hw is None or hw.arch in MXFP8_ARCHS:
-        return None
-    if not hw.supports_fp8:
-        return None  # no FP8 at all: RA-P001 says so, with a fix that covers MXFP8
-    named = "fp8mx" if key == "metadata.precision_recipe" else f.extra["megatron_recipe"]
-    return Violation(f"{key} {named} (MXFP8, block-scaled FP8) on {hw.name} ({hw.arch}): MXFP8 tensor cores "
-                     "exist from Blackwell on, and Transformer Engine refuses the recipe on older GPUs",
-                     "use FP8 current scaling instead (the *_fp8cs recipe, metadata.precision_recipe: fp8cs, "
-                     f"Bridge's bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or run on a "
-                     f"{_gpus_of(MXFP8_ARCHS)} GPU", key=key)

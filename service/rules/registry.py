@@ -73,7 +73,8 @@ def ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
-    from service.rules import config_rules, data_rules, engine, layout, memory_fit, packing, targets  # noqa: F401
+    from service.rules import (config_rules, data_rules, engine, layout, memory_fit, packing, precision,  # noqa: F401
+                               targets)
 
     _loaded = True
 
