@@ -20,9 +20,9 @@ from service.facts import Facts, Finding, Layout, split_world
 from service.rules.layout import PIPELINE_SPLIT_KEYS
 from service.rules.registry import CONFIG_RULES, LAYOUT_RULES, Violation, ensure_loaded
 from service.yamlio import Document, YamlError, load_yaml, read_file
-from trainer.text import clipped
 from trainer.config import RecipeConfig, section_fields, top_level_keys
 from trainer.fast_paths import TRAINER_LOSSES, adapts_lm_head
+from trainer.text import clipped
 
 YAML_SUFFIXES = (".yaml", ".yml")
 ModelResolver = Callable[[str], ModelCard]

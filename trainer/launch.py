@@ -18,11 +18,11 @@ from typing import Any, NamedTuple, Optional
 
 from trainer import checkpoint as ckpt
 from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
+from trainer.capabilities import CAPABILITIES
 from trainer.checkpoint import resolve_restore
 from trainer.checkpoint_dir import check_writable_dir
 from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
-from trainer.capabilities import CAPABILITIES
 from trainer.model_checks import (check_model_keys, check_model_section, check_peft_targets, check_seq_lengths,
                                   declared_positions)
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
