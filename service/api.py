@@ -143,6 +143,11 @@ async def validate(
             raise RequestValidationError(
                 [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
             ) from None
+        for name, in_body, in_query in (("gpus", req.gpus, gpus), ("gpu_type", req.gpu_type, gpu_type),
+                                        ("nodes", req.nodes, nodes)):
+            if in_body is not None and in_query is not None and in_body != in_query:  # which one would be judged?
+                raise client_error(400, f"{name} is {in_body!r} in the JSON body and {in_query!r} in the query: "
+                                        "give it once (a JSON body carries it as a field)", name)
         text, gpus, gpu_type, nodes = req.yaml, req.gpus or gpus, req.gpu_type or gpu_type, req.nodes or nodes
     elif media_type in YAML_MEDIA_TYPES or not media_type:
         with unusable_yaml_is_400():

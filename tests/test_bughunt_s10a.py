@@ -439,3 +439,14 @@ def test_the_nesting_fix_is_offered_only_where_a_section_can_hold_the_rest(text,
     """Review s10 #10."""
     (finding,) = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-C001"]
     assert finding.fix == fix
+
+
+def test_a_count_given_differently_in_the_body_and_the_query_is_refused():
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    client = TestClient(create_app())
+    clash = client.post("/v1/validate?gpus=16", json={"yaml": BUNDLED, "gpus": 8})
+    assert clash.status_code == 400 and clash.json()["field"] == "gpus"
+    assert client.post("/v1/validate?gpus=8", json={"yaml": BUNDLED, "gpus": 8}).status_code == 200
