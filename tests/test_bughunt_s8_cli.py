@@ -289,7 +289,7 @@ def test_validate_gpus_alone_keeps_the_files_node_count(capsys):
     as_written = _findings(capsys)
     code, per_node = _findings(capsys, "--gpus", "4")
     said = [f for f in per_node if f["code"] == "RA-C014"]  # the reading is said (review s8 #6), nothing else
-    assert said and "judged on 8 GPUs: --gpus 4 was read as GPUs per node" in said[0]["message"]
+    assert said and "judged on 8 GPUs: --gpus 4 (API: gpus) was read as GPUs per node" in said[0]["message"]
     assert (code, [f for f in per_node if f["code"] != "RA-C014"]) == as_written
     assert not any(f["code"] == "RA-C006" for f in as_written[1])
     # --nodes still overrides the file, and a total that fills whole nodes is still read as the total
@@ -306,4 +306,4 @@ def test_the_api_reads_gpus_per_node_alike(client):
     found = per_node["files"][0]["findings"]
     assert [f for f in found if f["code"] != "RA-C014"] == plain["files"][0]["findings"]
     assert [f["message"] for f in found if f["code"] == "RA-C014"] == [
-        "judged on 8 GPUs: --gpus 4 was read as GPUs per node, on the file's 2 nodes"]
+        "judged on 8 GPUs: --gpus 4 (API: gpus) was read as GPUs per node, on the file's 2 nodes"]

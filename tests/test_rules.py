@@ -464,8 +464,8 @@ def test_megatron_fsdp_shards_the_weights_so_no_whole_copy_is_kept(models):
 
 
 @pytest.mark.parametrize("gpus, nodes, judged, reading", [
-    (8, None, 32, "--gpus 8 was read as GPUs per node, on the file's 4 nodes"),
-    (16, None, 16, "--gpus 16 was read as the total: 2 nodes of 8"),
+    (8, None, 32, "--gpus 8 (API: gpus) was read as GPUs per node, on the file's 4 nodes"),
+    (16, None, 16, "--gpus 16 (API: gpus) was read as the total: 2 nodes of 8"),
     (8, 4, None, None),     # --nodes leaves one reading
     (16, 1, None, None),
 ])

@@ -331,8 +331,8 @@ def gpus_flag_reading(view: "ConfigView") -> Optional[Violation]:
         exact = f"--gpus {flag} --nodes {nodes}, or --gpus {flag} --nodes 1 for {flag} in all"
     else:
         return None
-    return Violation(f"judged on {facts.world_size} GPUs: --gpus {flag} was read as {reading}",
-                     f"say it exactly with --nodes: {exact}")
+    return Violation(f"judged on {facts.world_size} GPUs: --gpus {flag} (API: gpus) was read as {reading}",
+                     f"say it exactly with --nodes (API: nodes): {exact}")
 
 
 def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
