@@ -163,7 +163,8 @@ def split_check(rows: list[dict], upto: str) -> tuple[float, dict, dict, dict]:
     """(factor fitted on the MoE records up to release ``upto``, those records, the later ones without a
     factor, the later ones with the fitted factor): the estimates carry the shipped factor, taken out first."""
     cut = _release({"release": upto})
-    unscaled = [{**row, "estimate": row["estimate"] * C.MOE_MEASURED_STEP_FACTOR} for row in rows if row["kind"] == "moe"]
+    unscaled = [{**row, "estimate": row["estimate"] * C.MOE_MEASURED_STEP_FACTOR}
+                for row in rows if row["kind"] == "moe"]
     early = [row for row in unscaled if _release(row["r"]) <= cut]
     later = [row for row in unscaled if _release(row["r"]) > cut]
     factor = math.exp(statistics.median(math.log(row["estimate"] / row["measured"]) for row in early))
@@ -203,7 +204,8 @@ def main() -> None:
     if args.split_release:
         factor, early, later, fitted = split_check(rows, args.split_release)
         print(f"MoE factor fitted on the {early['n']} records up to {args.split_release}: {factor:.2f}; the "
-              f"{later['n']} later records: mean abs log error {later['mean_abs_log']:.3f} -> {fitted['mean_abs_log']:.3f}, "
+              f"{later['n']} later records: mean abs log error {later['mean_abs_log']:.3f} -> "
+              f"{fitted['mean_abs_log']:.3f}, "
               f"within 30 % {later['within_30']} -> {fitted['within_30']} ({fitted['within_30'] / fitted['n']:.1%})")
     agree, total, same_release = pair_order(rows)
     print(f"pair order (two layouts of one request, measured > 5 % apart): the model agrees on {agree} of {total}"

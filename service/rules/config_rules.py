@@ -146,8 +146,9 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
     if token and precision_of_token(token) != actual and bridge == actual:
         return Violation(f"Megatron Bridge's recipe {name} says {token} in its name but trains in {actual} itself "
                          f"(its precision config{f' is {label}' if label else ''}): this config trains as the recipe "
-                         "does; the name is upstream's", f"none needed; precision: {precision_of_token(token)} would be another "
-                         "experiment than Bridge's recipe", severity="info")
+                         "does; the name is upstream's",
+                         f"none needed; precision: {precision_of_token(token)} would be another experiment than "
+                         "Bridge's recipe", severity="info")
     if token and precision_of_token(token) != actual and meta.megatron_recipe and label_precision == actual:
         # A deliberate change, recorded in the label (recommend --precision): the Bridge recipe stays the base.
         return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe, and this config "

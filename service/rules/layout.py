@@ -199,7 +199,8 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
     if f.extra.get("pipeline_layout"):
         if f.extra.get("pipeline_split"):
             return Violation(f"a pipeline layout string places the layers, and Megatron refuses "
-                             f"{', '.join(f.extra['pipeline_split'])} together with one", "remove those keys from model:")
+                             f"{', '.join(f.extra['pipeline_split'])} together with one",
+                             "remove those keys from model:")
         return None
     layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
     placed = (lay.pp, lay.vp_or_1) in PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
