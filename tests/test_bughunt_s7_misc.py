@@ -17,12 +17,13 @@ from service.changes import MISSING, classify, diff, is_parallel_layout_key
 from service.cli import main
 from trainer.dotted import NotASection, set_dotted
 
-# ---------------------------------------------------------------- #11: diff layers
-
 
 def listed(findings: list[dict]) -> list[tuple[str, str]]:
     """(code, severity) of the findings, without the bundled trainer's missing-section warnings (RA-E005)."""
     return [(f["code"], f["severity"]) for f in findings if f["code"] != "RA-E005"]
+
+
+# ---------------------------------------------------------------- #11: diff layers
 
 
 @pytest.mark.parametrize("key,old,new", [

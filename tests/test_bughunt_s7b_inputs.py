@@ -24,12 +24,13 @@ validation_dataset:
   seed: 4321
 """
 
-# ---------------------------------------------------------------- #5: merge keys, typed keys
-
 
 def listed(findings: list[dict]) -> list[tuple[str, str]]:
     """(code, severity) of the findings, without the bundled trainer's missing-section warnings (RA-E005)."""
     return [(f["code"], f["severity"]) for f in findings if f["code"] != "RA-E005"]
+
+
+# ---------------------------------------------------------------- #5: merge keys, typed keys
 
 
 def test_keys_that_override_a_merge_are_no_duplicates_wherever_the_merge_stands():
