@@ -159,7 +159,8 @@ def value_text(value: Any) -> str:
 def _shown(value: Any) -> Any:
     """``value`` as JSON shows it: itself, or where its text is too long, that text clipped."""
     text = repr(value)
-    return value if clipped(text) == text else clipped(text)
+    shown = clipped(text)
+    return value if shown == text else shown
 
 
 def json_safe(value: Any) -> Any:

@@ -7,9 +7,8 @@ import json
 import sys
 
 from service.changes import diff, summary, value_text, verdict
-from service.facts import one_line
-from trainer.text import clipped
 from service.yamlio import YamlError, load_yaml, read_file, read_stdin
+from trainer.text import clipped, one_line
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 STDIN = "-"  # as `validate -`: `recipe-advisor recommend ... | recipe-advisor diff base.yaml -`

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
 
-from service.facts import Finding, one_line
+from service.facts import Finding
 from service.validate import (BadArgument, FileReport, check_hardware_argument, expand_paths, unusable_finding,
                               validate_file, validate_text)
 from service.yamlio import YamlError, read_stdin
+from trainer.text import one_line
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from recipe_index.cards import HardwareCard, ModelCard
-from trainer.text import one_line  # noqa: F401  (service.facts.one_line: the CLIs' name for it)
 
 SEVERITIES = ("error", "warning", "info")
 

@@ -270,17 +270,15 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     # service.changes counts as convergence (the Bridge recipe, the FP8 recipe), as `diff` lists them.
     changes = [c for c in diff(base, config)
                if not c.key.startswith("metadata.") or c.layer == "convergence"] if base else []
-    if any(f.severity == "error" for f in report.findings):
-        # The callers refuse it with these findings; commands would read values of the wrong type (an override
-        # `decay_steps: abc` is RA-C002, not arithmetic; audit s10b #3).
-        return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
-                              config=config, config_yaml=text, changes=changes, findings=report.findings,
-                              commands={}, notes=notes)
-    bridge_recipe = bridge_recipe_name(base, recipe)
-    bridge_args, gaps = bridge_command(base, config, report.findings) if bridge_recipe else ([], [])
-    if gaps:
-        notes.append(gaps_note(bridge_recipe, gaps))
-    commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps), bridge_args)
+    commands: dict[str, str] = {}
+    # With errors the callers refuse the config; commands would read values of the wrong type (an override
+    # `decay_steps: abc` is RA-C002, not arithmetic; audit s10b #3).
+    if not any(f.severity == "error" for f in report.findings):
+        bridge_recipe = bridge_recipe_name(base, recipe)
+        bridge_args, gaps = bridge_command(base, config, report.findings) if bridge_recipe else ([], [])
+        if gaps:
+            notes.append(gaps_note(bridge_recipe, gaps))
+        commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps), bridge_args)
     return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
                           config=config, config_yaml=text, changes=changes, findings=report.findings,
                           commands=commands, notes=notes)

@@ -28,8 +28,9 @@ from trainer.text import clipped
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
+
 def _allowed(dotted: str) -> bool:
-    return any(dotted.startswith(prefix) for prefix in ALLOWED_TARGET_PREFIXES)
+    return dotted.startswith(ALLOWED_TARGET_PREFIXES)
 
 
 def check_target(target: Any, key: str) -> str:

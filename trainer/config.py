@@ -341,6 +341,11 @@ def is_public_dotted_path(target: Any) -> bool:
     return isinstance(target, str) and len(target) <= MAX_TARGET_CHARS and bool(_PUBLIC_DOTTED.match(target))
 
 
+def is_allowed_target(target: Any) -> bool:
+    """A public dotted path under the allowed prefixes: all a config may name."""
+    return is_public_dotted_path(target) and target.startswith(ALLOWED_TARGET_PREFIXES)
+
+
 def section_fields(section: str) -> set[str]:
     """Known keys of a section (aliases included), for unknown-key findings."""
     field = RecipeConfig.model_fields.get(section)

@@ -11,8 +11,9 @@ from recipe_index import get_recipe
 from recipe_index.errors import UnknownRecipeError
 from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
-from service.rules.targets import ALLOWED_PREFIXES, TargetNotFound, is_allowed, unknown_kwargs
-from trainer.config import MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, section_type, top_level_keys
+from service.rules.targets import TargetNotFound, is_allowed, unknown_kwargs
+from trainer.config import (ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, section_type,
+                            top_level_keys)
 from trainer.source_reader import module_file
 from trainer.text import clipped
 
@@ -356,12 +357,12 @@ def target_allowed(view: "ConfigView") -> Iterator[Violation]:
             continue
         where = f"{key}._target_" if key else "_target_"
         shown = clipped(repr(target), 80, 60)  # an aliased huge string would be echoed in every finding
-        if isinstance(target, str) and target.startswith(ALLOWED_PREFIXES):  # the trainer refuses it the same way
+        if isinstance(target, str) and target.startswith(ALLOWED_TARGET_PREFIXES):  # the trainer refuses it too
             yield Violation(f"_target_ {shown} is not a dotted path of public names of at most {MAX_TARGET_CHARS} "
                             "characters; it was not imported", "name the public callable (no leading underscores)",
                             key=where)
             continue
-        yield Violation(f"_target_ {shown} is outside the allow-list ({', '.join(ALLOWED_PREFIXES)}); "
+        yield Violation(f"_target_ {shown} is outside the allow-list ({', '.join(ALLOWED_TARGET_PREFIXES)}); "
                         "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.", key=where)
 
 

@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from functools import lru_cache
 
-from trainer.config import ALLOWED_TARGET_PREFIXES, is_public_dotted_path
+from trainer.config import is_allowed_target as is_allowed  # noqa: F401  (validate's and `train`'s name for it)
 from trainer.source_reader import DefinitionNotFound, find_definition
-
-ALLOWED_PREFIXES = ALLOWED_TARGET_PREFIXES
 
 
 @dataclass(frozen=True)
@@ -30,10 +28,6 @@ ANY = Signature(frozenset(), True)
 
 
 TargetNotFound = DefinitionNotFound  # the name validate and `train` catch
-
-
-def is_allowed(target: str) -> bool:
-    return is_public_dotted_path(target) and target.startswith(ALLOWED_PREFIXES)
 
 
 def _function_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> Signature:
