@@ -31,6 +31,8 @@ from service.planner import make_request, plan  # noqa: E402
 # Recipes that contradict themselves at their own GPU count (reference/mbridge_rules.md section 5):
 # their expert layout is not a valid layout of the request, so no planner can rank it.
 INVALID_AT_OWN_SIZE = ("num_gpus not divisible by PP*EP*ETP", "GBS not divisible by MBS*DP at num_gpus")
+# The precision each Bridge token trains in (the step-time benchmark's models take these); `plan` itself
+# takes the token, which names the FP8 scaling too (per tensor or per block).
 PRECISION = {"bf16": "bf16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "fp8", "fp8sc": "fp8", "nvfp4": "nvfp4"}
 
 
@@ -78,7 +80,7 @@ def evaluate(records: list[dict], grad_reduce_dtype: str = "fp32") -> list[dict]
             results.append(result)
             continue
         key = (card.id, hw_name, r["num_gpus"], r["seq_length"], r["global_batch_size"],
-               PRECISION.get(r["precision_token"], "bf16"), r["mode"])
+               r["precision_token"] if r["precision_token"] in PRECISION else "bf16", r["mode"])
         if key not in cache:
             req = make_request(card, r["num_gpus"], get_hardware(hw_name).name, goal=r["mode"],
                                seq_length=r["seq_length"], global_batch_size=r["global_batch_size"],

@@ -21,7 +21,8 @@ from trainer.config import MIN_SEQ_LENGTH
 
 GOAL = Literal["pretrain", "sft", "peft"]
 ENGINE = Literal["bundled", "megatron"]
-PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4"]
+# A precision, or for fp8 Megatron Bridge's FP8 recipe token (service.planner.PRECISION_CHOICES).
+PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "fp8cs", "fp8ds", "fp8mx", "fp8sc"]
 GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
 
@@ -144,7 +145,9 @@ class PlanBody(_Request):
         examples=[128],
     )
     precision: Optional[PRECISION] = Field(
-        default=None, description="Training precision; default: the base recipe's (bf16 where it names none).",
+        default=None, description="Training precision, or for fp8 Megatron Bridge's FP8 recipe (fp8cs current "
+        "scaling, fp8ds delayed, fp8mx MXFP8, fp8sc blockwise; Megatron engine only); default: the base recipe's "
+        "(bf16 where it names none).",
         examples=["bf16"]
     )
     grad_reduce_dtype: Optional[GRAD_REDUCE_DTYPE] = Field(

@@ -251,6 +251,10 @@ class PlanResponse(_Response):
     goal: str = Field(description="Goal planned for.", examples=["pretrain"])
     engine: str = Field(description="Engine planned for.", examples=["megatron"])
     precision: str = Field(description="Precision planned for.", examples=["bf16"])
+    precision_recipe: Optional[str] = Field(
+        default=None, description="The FP8 recipe planned for when the request named one (fp8cs, fp8ds, fp8mx, fp8sc; "
+        "precision is then fp8): per-block scales (fp8mx, fp8sc) rank Megatron-FSDP after the distributed optimizer "
+        "among near-equal layouts.", examples=["fp8mx"])
     grad_reduce_dtype: str = Field(description="Gradient reduce dtype planned for.", examples=["fp32"])
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])

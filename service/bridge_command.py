@@ -35,6 +35,7 @@ from service.bridge_keys import UNRECORDED
 from service.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
 from service.rules.layout import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
+from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN
 from trainer.dotted import get_dotted as _get
 
 # Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
@@ -239,6 +240,7 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
             gaps.append(_dropped(change.key, change.old) if dropped else Gap(change.key))
     gaps += value_gaps
     gaps += _validation_length_gap(base, config)
+    gaps += _fp8_scaling_gap(base, config)
     for finding in findings:
         if finding.code == "RA-L011":
             settings = _SPLIT_SETTING.findall(finding.fix or "") or [finding.key or "distributed.pp_size"]
@@ -248,6 +250,24 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
         gaps.append(Gap(f"model.pipeline_model_parallel_layout (a layout string for PP {stages[0]} x VP {stages[1]}, "
                         "which the recipe's layout builder does not have and this advisor does not write)"))
     return list(dict.fromkeys(gaps))
+
+
+def _fp8_scaling(cfg: dict) -> Optional[str]:
+    """The FP8 recipe token a config names: ``metadata.precision_recipe``, else its Bridge recipe's name."""
+    label = _get(cfg, "metadata.precision_recipe")
+    match = PRECISION_TOKEN.search(str(_get(cfg, "metadata.megatron_recipe") or ""))
+    return label or (match.group(1) if match else None)
+
+
+def _fp8_scaling_gap(base: dict, config: dict) -> list[Gap]:
+    """Another FP8 scaling (fp8mx for the recipe's fp8cs, say) at the same ``precision: fp8``: Bridge takes the
+    scaling from the recipe's mixed-precision preset, which run_recipe.py cannot swap by ``key=value``."""
+    old, new = _fp8_scaling(base), _fp8_scaling(config)
+    if new not in FP8_RECIPES or old not in FP8_RECIPES or old == new:
+        return []
+    return [Gap("metadata.precision_recipe", f"the recipe runs {old} and the config asks for {new}; Bridge takes the "
+                                             f"FP8 scaling from the recipe's mixed-precision preset, which run_recipe.py "
+                                             f"cannot override: start from a *_{new} recipe of this model")]
 
 
 def _validation_length_gap(base: dict, config: dict) -> list[Gap]:

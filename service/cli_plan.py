@@ -10,7 +10,7 @@ from typing import Optional
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
 from service.api_requests import MAX_GPUS, MAX_NODES
 from service.memory import GRAD_REDUCE_DTYPES, gib_text
-from service.planner import ENGINES, GOALS, PRECISIONS, Plan, PlanError, PlanRequest, make_request, plan
+from service.planner import ENGINES, GOALS, PRECISION_CHOICES, Plan, PlanError, PlanRequest, make_request, plan
 from service.request_overrides import INTEGER_LIMITS
 from service.sizing import gpus_that_fit
 from trainer.config import MIN_SEQ_LENGTH
@@ -34,7 +34,9 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--goal", choices=GOALS, default="pretrain", help="pretrain, sft or peft (default pretrain)")
     p.add_argument("--seq-length", type=int, help="sequence length (default: the recipe's)")
     p.add_argument("--global-batch-size", type=int, help="global batch in sequences (default: the recipe's)")
-    p.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the recipe's)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES,
+                   help="training precision, or for fp8 Megatron Bridge's FP8 recipe: fp8cs (current scaling), "
+                        "fp8ds (delayed), fp8mx (MXFP8), fp8sc (blockwise) (default: the recipe's)")
     p.add_argument("--grad-reduce-dtype", choices=GRAD_REDUCE_DTYPES,
                    help="dtype gradients are reduced and (Megatron) buffered in (default: the recipe's; fp32)")
     p.add_argument("--engine", choices=ENGINES, default="megatron",
@@ -106,7 +108,7 @@ def report_error(err: Exception) -> int:
 def format_text(result: Plan, top: Optional[int]) -> str:
     req, hw = result.request, result.request.hardware
     lines = [f"{req.model.id} on {req.world_size} x {hw.name} ({req.gpus_per_node}/node x {req.num_nodes}), "
-             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision}"
+             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision_recipe or req.precision}"
              f"{', bf16 gradient reduce' if req.grad_reduce_dtype == 'bf16' else ''}, "
              f"{req.engine} engine; {hw.memory_gib:g} GiB per GPU, {result.usable_gib:.1f} usable",
              f"{len(result.fitting)} of {len(result.layouts)} valid layouts fit "

@@ -26,6 +26,7 @@ from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
+from service.rules.precision import BLOCK_SCALED_RECIPES, FP8_RECIPES
 from service.rules.layout import (explicit_layouts, megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout,
                                   sequence_parallel_splits)
 from service.rules.sizes import divisors
@@ -37,6 +38,8 @@ from trainer.capabilities import CAPABILITIES
 ENGINES = ("megatron", "bundled")
 GOALS = ("pretrain", "sft", "peft")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
+# What --precision takes: a precision, or Megatron Bridge's FP8 recipe token (fp8 with that scaling).
+PRECISION_CHOICES = PRECISIONS + FP8_RECIPES
 RECOMPUTE_ORDER = ("none", "selective", "full")
 # Virtual stages an explicit pipeline layout may use beyond the divisors of the layers per stage
 # (the DeepSeek-V3 / Kimi K2 layout tables use 2, 4 and 8: reference/mbridge_rules.md 3g).
@@ -75,6 +78,7 @@ class PlanRequest:
     precision: str = "bf16"
     engine: str = "megatron"
     grad_reduce_dtype: str = "fp32"
+    precision_recipe: Optional[str] = None  # the FP8 scaling (Bridge token fp8cs, fp8mx, ...) when precision is fp8
     # The recipe packs its SFT data offline (dataset.packed_sequence): Megatron Bridge then takes only
     # micro batch 1 (ConfigContainer.validate(); mbridge_rules.md "Sequence packing").
     packed_sequence: bool = False
@@ -86,6 +90,11 @@ class PlanRequest:
     @property
     def peft(self) -> bool:
         return self.goal == "peft"
+
+    @property
+    def block_scaled(self) -> bool:
+        """NVFP4, or FP8 with per-block scales (MXFP8, blockwise): the formats whose Megatron-FSDP path ranks last."""
+        return self.precision == "nvfp4" or self.precision_recipe in BLOCK_SCALED_RECIPES
 
     def with_world(self, gpus: int) -> "PlanRequest":
         """The same request on ``gpus`` GPUs of the same type, in whole nodes where possible."""
@@ -100,7 +109,8 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                  packed_sequence: bool = False) -> PlanRequest:
     """A PlanRequest from user-facing names. Raises UnknownModelError / UnknownHardwareError
     (with suggestions) for unknown names and PlanError for bad values."""
-    for name, value, known in (("goal", goal, GOALS), ("engine", engine, ENGINES), ("precision", precision, PRECISIONS),
+    for name, value, known in (("goal", goal, GOALS), ("engine", engine, ENGINES),
+                               ("precision", precision, PRECISION_CHOICES),
                                ("grad_reduce_dtype", grad_reduce_dtype, GRAD_REDUCE_DTYPES)):
         if value not in known:
             raise PlanError(f"unknown {name} {value!r}", field=name, fix=f"use one of {', '.join(known)}")
@@ -111,6 +121,10 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
             why = " (one input token and its label)" if name == "seq_length" else ""
             raise PlanError(f"{name} must be at least {least}{why}, got {value}", field=name,
                             fix=f"use a value of at least {least}")
+    precision, precision_recipe = ("fp8", precision) if precision in FP8_RECIPES else (precision, None)
+    if precision_recipe and engine == "bundled":
+        raise PlanError(f"{precision_recipe} is a Megatron Bridge FP8 recipe; the bundled trainer's fp8 is torchao's "
+                        "own scaling", field="precision", fix="use --precision fp8 with --engine bundled")
     hardware = get_hardware(gpu_type)
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
@@ -132,7 +146,7 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
                        precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype,
-                       packed_sequence=packed_sequence)
+                       packed_sequence=packed_sequence, precision_recipe=precision_recipe)
 
 
 def _significant(value: float, digits: int = 6) -> float:
@@ -254,7 +268,7 @@ class Plan:
             "hardware": {"gpu_type": hw.name, "gpus_per_node": req.gpus_per_node, "num_nodes": req.num_nodes,
                          "world_size": req.world_size, "memory_gib": hw.memory_gib,
                          "usable_gib": round(self.usable_gib, PUBLISHED_DIGITS)},
-            "goal": req.goal, "engine": req.engine, "precision": req.precision,
+            "goal": req.goal, "engine": req.engine, "precision": req.precision, "precision_recipe": req.precision_recipe,
             "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict() for row in rows],
             "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
@@ -391,6 +405,8 @@ def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
     """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
     req = request
     extra = {"planner": True}
+    if req.precision_recipe:  # what Bridge runs (RA-P003: MXFP8 on Blackwell only)
+        extra["precision_recipe"] = req.precision_recipe
     if req.engine == "megatron" and needs_explicit_layout(req, layout) and explicit_layouts(req.model.id):
         extra["pipeline_layout"] = "explicit"
     return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,
@@ -480,7 +496,8 @@ def plan(request: PlanRequest) -> Plan:
     comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
                                               comfortable_gib=comfortable, layers=shape.layers,
-                                              unlaunchable=est.needs_layout_string),
+                                              unlaunchable=est.needs_layout_string,
+                                              block_scaled=request.block_scaled),
                 structures=count, rejections=rejections)
 
 

@@ -12,9 +12,15 @@ if TYPE_CHECKING:
 
 
 def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int,
-                unlaunchable: Callable[[Layout], bool]) -> tuple:
+                unlaunchable: Callable[[Layout], bool], block_scaled: bool = False) -> tuple:
     """Among layouts the estimates cannot tell apart: first those the recipe can launch as written
-    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), no CP unless the
+    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), under a block-scaled
+    precision (``block_scaled``: NVFP4, MXFP8, blockwise FP8) the distributed optimizer before
+    Megatron-FSDP (FSDP gathers the weights every micro batch, and a block-scaled weight cannot be
+    transposed from its gathered copy as a per-tensor FP8 one can: the backward needs a second,
+    column-wise copy; Megatron-FSDP's gather of these formats arrived late, Megatron-LM #2239 and Megatron
+    Bridge #1213 / #1794, and NVIDIA's published MXFP8 and NVFP4 layouts of dense models never use it,
+    while their BF16 and FP8 current-scaling ones do), no CP unless the
     context is long (seed: CP is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
     placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
     collectives on every layer and stays in the node), memory headroom (a layout above
@@ -22,23 +28,26 @@ def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, 
     run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
     (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
     lay = row.structure
-    return (unlaunchable(lay), 0 if long_context else lay.cp,
+    block_scaled_fsdp = block_scaled and row.strategy == "megatron" and row.sharding == "full"
+    return (unlaunchable(lay), block_scaled_fsdp, 0 if long_context else lay.cp,
             lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp, row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
 
 
 def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
-         layers: int, unlaunchable: Callable[[Layout], bool] = lambda layout: False) -> list[PlannedLayout]:
+         layers: int, unlaunchable: Callable[[Layout], bool] = lambda layout: False,
+         block_scaled: bool = False) -> list[PlannedLayout]:
     """Fitting layouts by estimated tokens/s per GPU, then the rest by memory.
 
     Estimates within ESTIMATE_TIE_TOLERANCE of the best of their group are a tie (the model's own
     error is larger than that), broken by :func:`_preference`; ``comfortable_gib`` is the
     memory above which a layout counts as tight (MEMORY_COMFORT_FRACTION of the GPU), ``layers``
-    the model's decoder layers (for the stage-depth preference).
+    the model's decoder layers (for the stage-depth preference), ``block_scaled`` whether the precision
+    scales per block (Megatron-FSDP last among ties).
     """
 
     def preference(row: PlannedLayout) -> tuple:
-        return _preference(row, long_context, comfortable_gib, layers, unlaunchable)
+        return _preference(row, long_context, comfortable_gib, layers, unlaunchable, block_scaled)
 
     fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_s)
     ranked: list[PlannedLayout] = []

@@ -34,6 +34,7 @@ from service.planner import Plan, PlanError, PlannedLayout, make_request, plan
 from service.recipe_choice import choose_recipe
 from service.recommend_config import base_config, build_config
 from service.request_overrides import request_fields
+from service.rules.precision import FP8_RECIPES
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
 from service.yamlio import OverrideError, apply_overrides
@@ -141,11 +142,20 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
     recipe_precision = contract.get("precision")
     if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
+    else:
+        recipe_precision = _contract_precision(contract)
     return (seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision,
             _get(contract, "distributed.grad_reduce_dtype"), packs_offline(recipe, [], base=base))
 
 
 # ---------------------------------------------------------------- the whole flow
+
+
+def _contract_precision(contract: dict) -> Optional[str]:
+    """The contract's precision; for fp8 the FP8 recipe token its metadata names (fp8cs, fp8mx, ...), which
+    the planner ranks by (per-tensor or per-block scales)."""
+    precision, label = contract.get("precision"), _get(contract, "metadata.precision_recipe")
+    return label if precision == "fp8" and label in FP8_RECIPES else precision
 
 
 def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:
@@ -206,7 +216,7 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
                       global_batch_size: Optional[int], precision: Optional[str],
                       grad_reduce_dtype: Optional[str] = None, packed_sequence: bool = False):
     """The plan request: what the user gave, the contract's values for the rest."""
-    prec = precision or contract.get("precision")
+    prec = precision or (contract.get("precision") if engine == "bundled" else _contract_precision(contract))
     if engine == "bundled" and prec:  # as contract_defaults decides it for `plan`
         prec = _bundled_precision(prec, hardware, notes, asked=precision is not None)
     prec = prec or "bf16"  # no recipe (schema defaults): make_request's default, as `plan` uses it

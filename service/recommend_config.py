@@ -91,10 +91,12 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
                           "num_nodes": req.num_nodes}
 
 
-def _precision_label(base: dict, precision: str) -> Optional[str]:
-    """The base recipe's precision_recipe, or the new precision's when recommend changed it: the name
-    itself (the index's bf16, nvfp4, ...), none for fp8, whose scaling (current, MXFP8, ...) only a
-    recipe picks."""
+def _precision_label(base: dict, precision: str, fp8_recipe: Optional[str] = None) -> Optional[str]:
+    """The FP8 recipe the request names (``fp8_recipe``: fp8cs, fp8mx, ...), else the base recipe's
+    precision_recipe, or the new precision's when recommend changed it: the name itself (the index's bf16,
+    nvfp4, ...), none for fp8, whose scaling (current, MXFP8, ...) only a recipe picks."""
+    if fp8_recipe:
+        return fp8_recipe
     label = _get(base, "metadata.precision_recipe")
     if label is None or effective(base, "precision") == precision:
         return label
@@ -103,14 +105,15 @@ def _precision_label(base: dict, precision: str) -> Optional[str]:
 
 def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, recipe: Optional[RecipeEntry],
               base: dict) -> str:
-    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{request.precision}".replace("-", "_")
+    precision = request.precision_recipe or request.precision  # a Bridge-style name: ..._fp8mx, ..._bf16
+    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{precision}".replace("-", "_")
     meta = {"name": name, "kind": "bundled" if engine == "bundled" else "library", "family": card.family,
             "model": card.id, "mode": goal, "hardware": request.hardware.name, "num_gpus": request.world_size,
             "source": f"recipe-advisor recommend from {recipe.name}" if recipe else "recipe-advisor recommend"}
     meta.update({key: _get(base, f"metadata.{key}") for key in RECIPE_LABELS})
     if recipe is not None and recipe.megatron_recipe:
         meta["megatron_recipe"] = recipe.megatron_recipe
-    meta["precision_recipe"] = _precision_label(base, request.precision)
+    meta["precision_recipe"] = _precision_label(base, request.precision, request.precision_recipe)
     config["metadata"] = {k: v for k, v in meta.items() if v is not None}
     return name
 

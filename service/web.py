@@ -50,7 +50,7 @@ templates = Jinja2Templates(env=_env)
 
 GOALS = [("pretrain", "Pretrain"), ("sft", "Supervised fine-tuning (SFT)"), ("peft", "LoRA fine-tuning (PEFT)")]
 ENGINES = [("megatron", "Megatron Bridge"), ("bundled", "Bundled trainer (torchrun)")]
-PRECISIONS = ["bf16", "fp8", "nvfp4", "fp16", "fp32"]
+PRECISIONS = ["bf16", "fp8", "fp8cs", "fp8mx", "fp8ds", "fp8sc", "nvfp4", "fp16", "fp32"]
 GRAD_REDUCE_DTYPES = list(get_args(m.GRAD_REDUCE_DTYPE))
 
 

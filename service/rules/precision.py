@@ -15,6 +15,7 @@ from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
 
 FP8_RECIPES = ("fp8cs", "fp8ds", "fp8mx", "fp8sc")  # Bridge tokens: current, delayed, MX block, subchannel scaling
+BLOCK_SCALED_RECIPES = ("fp8mx", "fp8sc")  # a scale per block of 32 (MXFP8) or 128 values (blockwise), not per tensor
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")  # trainer/config.py `precision`
 PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")  # Bridge recipe names
 MXFP8_ARCHS = ("blackwell", "rubin")  # Transformer Engine check_mxfp8_support: compute capability >= 10.0
