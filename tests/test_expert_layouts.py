@@ -29,10 +29,9 @@ def results():
 def test_top1_and_top5_agreement_stay_above_the_floor(results):
     summary, _ = results
     assert summary["planned"] >= 250  # the benchmark still covers the index's models
-    # 58.4 % and 83.6 % in benchmarks/README.md; targets 60 % and 90 %: benchmarks/README.md says what is
-    # missing (session 9's sizing of uneven pipelines and of the LM head's stage, and launchable pipelines
-    # first, cost 7 top-1 hits here and gained 20 on the held-out set)
-    assert summary["top1_pct"] >= 57.0, summary
+    # 61.1 % and 83.2 % in benchmarks/README.md; targets 60 % (met: the floor is the issue's target) and
+    # 90 % (not met: benchmarks/README.md says what is missing)
+    assert summary["top1_pct"] >= 60.0, summary
     assert summary["top5_pct"] >= 83.0, summary
 
 
@@ -43,7 +42,7 @@ def test_held_out_expert_layouts_stay_above_the_floor():
     bench = _benchmark()
     summary = bench.summary(bench.evaluate(bench.scored_records(bench.HELDOUT)))
     assert summary["planned"] >= 380 and summary["not_ranked"] == 0, summary
-    assert summary["top1_pct"] >= 43.0, summary  # 44.7 % in benchmarks/README.md
+    assert summary["top1_pct"] >= 47.0, summary  # 48.6 % in benchmarks/README.md
     assert summary["top5_pct"] >= 75.0, summary  # 75.7 %
 
 
