@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.facts import Layout  # noqa: E402
 from service.memory import estimate_memory, model_shape, usable_memory_gib  # noqa: E402
-from service.planner import (facts_for, explicit_layouts, make_request, micro_batch_sizes, plan,  # noqa: E402
-                             recomputes, shardings, structures)
+from service.planner import facts_for, make_request, plan  # noqa: E402
+from service.rules.layout import explicit_layouts  # noqa: E402
+from service.search_space import micro_batch_sizes, recomputes, shardings, structures  # noqa: E402
 from service.steptime import estimate_step_time  # noqa: E402
 from service.validate import check_layout  # noqa: E402
 

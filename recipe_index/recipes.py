@@ -38,6 +38,7 @@ class RecipeEntry(BaseModel):
     megatron_recipe: Optional[str] = None
     megatron_aliases: tuple[str, ...] = ()
     precision: Optional[str] = None
+    precision_recipe: Optional[str] = None  # Bridge's token (fp8cs, fp8mx, ...): the scaling it trains with
     seq_length: Optional[int] = None
     description: Optional[str] = None
     path: Path
@@ -143,6 +144,7 @@ def _entry(path: Path) -> RecipeEntry:
         hardware=meta.get("hardware"),
         num_gpus=meta.get("num_gpus"),
         megatron_recipe=meta.get("megatron_recipe"),
+        precision_recipe=meta.get("precision_recipe"),
         megatron_aliases=tuple(meta.get("megatron_aliases") or ()),
         precision=data.get("precision"),
         seq_length=dataset.get("seq_length"),

@@ -21,7 +21,8 @@ from trainer.config import MIN_SEQ_LENGTH
 
 GOAL = Literal["pretrain", "sft", "peft"]
 ENGINE = Literal["bundled", "megatron"]
-# A precision, or for fp8 Megatron Bridge's FP8 recipe token (service.planner.PRECISION_CHOICES).
+# A precision, or for fp8 Megatron Bridge's FP8 recipe token: service.rules.precision.PRECISION_CHOICES (a test
+# keeps the two equal; a Literal spelled out keeps the OpenAPI enum readable).
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "fp8cs", "fp8ds", "fp8mx", "fp8sc"]
 GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]

@@ -115,6 +115,9 @@ class RecipeSummary(_Response):
         examples=[["llama3_8b_pretrain_config"]],
     )
     precision: Optional[str] = Field(default=None, description="Training precision.", examples=["bf16"])
+    precision_recipe: Optional[str] = Field(
+        default=None, description="Megatron Bridge's precision token of the recipe (fp8cs, fp8mx, ...: the FP8 "
+        "scaling it trains with); what `--precision` takes to start from it.", examples=["fp8cs"])
     seq_length: Optional[int] = Field(default=None, description="Sequence length.", examples=[8192])
     description: Optional[str] = Field(default=None, description="One line about the recipe.", examples=[None])
 
@@ -251,10 +254,11 @@ class PlanResponse(_Response):
     goal: str = Field(description="Goal planned for.", examples=["pretrain"])
     engine: str = Field(description="Engine planned for.", examples=["megatron"])
     precision: str = Field(description="Precision planned for.", examples=["bf16"])
-    precision_recipe: Optional[str] = Field(
-        default=None, description="The FP8 recipe planned for when the request named one (fp8cs, fp8ds, fp8mx, fp8sc; "
-        "precision is then fp8): per-block scales (fp8mx, fp8sc) rank Megatron-FSDP after the distributed optimizer "
-        "among near-equal layouts.", examples=["fp8mx"])
+    fp8_recipe: Optional[str] = Field(
+        default=None, description="The FP8 recipe planned for (fp8cs, fp8ds, fp8mx, fp8sc; precision is then fp8): the "
+        "one the request named, or the base recipe's; null for other precisions and a plain fp8 without one. Under "
+        "per-block scales (fp8mx, fp8sc) a Megatron-FSDP layout ranks after the others of its tie band.",
+        examples=["fp8mx"])
     grad_reduce_dtype: str = Field(description="Gradient reduce dtype planned for.", examples=["fp32"])
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])

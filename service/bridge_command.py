@@ -35,7 +35,7 @@ from service.bridge_keys import UNRECORDED
 from service.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key, same_value
 from service.facts import Finding
 from service.rules.layout import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
-from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN
+from service.rules.precision import fp8_recipe_of
 from trainer.dotted import get_dotted as _get
 
 # Our config keys -> Megatron Bridge ConfigContainer overrides for run_recipe.py.
@@ -252,22 +252,17 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
     return list(dict.fromkeys(gaps))
 
 
-def _fp8_scaling(cfg: dict) -> Optional[str]:
-    """The FP8 recipe token a config names: ``metadata.precision_recipe``, else its Bridge recipe's name."""
-    label = _get(cfg, "metadata.precision_recipe")
-    match = PRECISION_TOKEN.search(str(_get(cfg, "metadata.megatron_recipe") or ""))
-    return label or (match.group(1) if match else None)
-
-
 def _fp8_scaling_gap(base: dict, config: dict) -> list[Gap]:
     """Another FP8 scaling (fp8mx for the recipe's fp8cs, say) at the same ``precision: fp8``: Bridge takes the
     scaling from the recipe's mixed-precision preset, which run_recipe.py cannot swap by ``key=value``."""
-    old, new = _fp8_scaling(base), _fp8_scaling(config)
-    if new not in FP8_RECIPES or old not in FP8_RECIPES or old == new:
+    old, new = (fp8_recipe_of(_get(cfg, "metadata.precision_recipe"), _get(cfg, "metadata.megatron_recipe"))
+                for cfg in (base, config))
+    if new is None or old is None or old == new:
         return []
-    return [Gap("metadata.precision_recipe", f"the recipe runs {old} and the config asks for {new}; Bridge takes the "
-                                             f"FP8 scaling from the recipe's mixed-precision preset, which run_recipe.py "
-                                             f"cannot override: start from a *_{new} recipe of this model")]
+    why = (f"the recipe runs {old} and the config asks for {new}; Bridge takes the FP8 scaling from the recipe's "
+           f"mixed-precision preset, which run_recipe.py cannot override: run a recipe of this model that trains in "
+           f"{new} (a *_{new} variant where Bridge has one), or write a recipe function with that preset")
+    return [Gap("metadata.precision_recipe", why)]
 
 
 def _validation_length_gap(base: dict, config: dict) -> list[Gap]:

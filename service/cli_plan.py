@@ -10,8 +10,9 @@ from typing import Optional
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
 from service.api_requests import MAX_GPUS, MAX_NODES
 from service.memory import GRAD_REDUCE_DTYPES, gib_text
-from service.planner import ENGINES, GOALS, PRECISION_CHOICES, Plan, PlanError, PlanRequest, make_request, plan
+from service.planner import ENGINES, GOALS, Plan, PlanError, PlanRequest, make_request, plan
 from service.request_overrides import INTEGER_LIMITS
+from service.rules.precision import PRECISION_CHOICES
 from service.sizing import gpus_that_fit
 from trainer.config import MIN_SEQ_LENGTH
 
@@ -91,7 +92,7 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
         seq_length=args.seq_length, precision=args.precision)
     values = {"seq_length": args.seq_length if args.seq_length is not None else seq,
               "global_batch_size": args.global_batch_size if args.global_batch_size is not None else gbs,
-              "precision": args.precision or precision,
+              "precision": precision or args.precision,  # the asked one as recommend resolves it (fp8 -> fp8mx)
               "grad_reduce_dtype": getattr(args, "grad_reduce_dtype", None) or grad_reduce}
     return make_request(args.model, args.gpus, args.gpu_type, nodes=args.nodes, goal=args.goal, engine=args.engine,
                         packed_sequence=packed, **{name: value for name, value in values.items() if value is not None})
@@ -108,7 +109,7 @@ def report_error(err: Exception) -> int:
 def format_text(result: Plan, top: Optional[int]) -> str:
     req, hw = result.request, result.request.hardware
     lines = [f"{req.model.id} on {req.world_size} x {hw.name} ({req.gpus_per_node}/node x {req.num_nodes}), "
-             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.precision_recipe or req.precision}"
+             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.fp8_recipe or req.precision}"
              f"{', bf16 gradient reduce' if req.grad_reduce_dtype == 'bf16' else ''}, "
              f"{req.engine} engine; {hw.memory_gib:g} GiB per GPU, {result.usable_gib:.1f} usable",
              f"{len(result.fitting)} of {len(result.layouts)} valid layouts fit "

@@ -1,7 +1,7 @@
 """Rank the parallel layouts of a model on a GPU allocation.
 
 One pass (DESIGN.md, "Flow of a recommendation"): enumerate TP, PP, VP, CP, EP, ETP and the
-micro batch for the world size; prune with the same layout rules ``validate`` runs
+micro batch for the world size (``service.search_space``); prune with the same layout rules ``validate`` runs
 (``service.validate.check_layout``); for each surviving layout pick the fastest way to make
 it fit (recompute none / selective / full, and how data parallelism shards the training
 state); estimate memory and step time; rank the layouts that fit, with headroom, by
@@ -15,9 +15,8 @@ broken by the seed's preferences: ``service.ranking``). Layouts that fit nowhere
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
 
 from recipe_index import get_hardware, resolve_model
 from recipe_index.cards import HardwareCard, ModelCard
@@ -26,10 +25,9 @@ from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
-from service.rules.precision import BLOCK_SCALED_RECIPES, FP8_RECIPES
-from service.rules.layout import (explicit_layouts, megatron_fsdp_with_pp, megatron_split, needs_unwritten_layout,
-                                  sequence_parallel_splits)
-from service.rules.sizes import divisors
+from service.rules.precision import BLOCK_SCALED_RECIPES, FP8_RECIPES, PRECISION_CHOICES, split_precision
+from service.rules.layout import explicit_layouts, megatron_fsdp_with_pp, needs_unwritten_layout
+from service.search_space import micro_batch_sizes, needs_explicit_layout, recomputes, shardings, structures
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
 from trainer.config import MIN_SEQ_LENGTH
@@ -37,24 +35,10 @@ from trainer.capabilities import CAPABILITIES
 
 ENGINES = ("megatron", "bundled")
 GOALS = ("pretrain", "sft", "peft")
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
-# What --precision takes: a precision, or Megatron Bridge's FP8 recipe token (fp8 with that scaling).
-PRECISION_CHOICES = PRECISIONS + FP8_RECIPES
-RECOMPUTE_ORDER = ("none", "selective", "full")
-# Virtual stages an explicit pipeline layout may use beyond the divisors of the layers per stage
-# (the DeepSeek-V3 / Kimi K2 layout tables use 2, 4 and 8: reference/mbridge_rules.md 3g).
-EXPLICIT_LAYOUT_VPS = {2, 4, 8, 16}  # cheapest first: more recompute is only ever slower
 # Bridge's common templates (reference/mbridge_rules.md section 1): pretrain 4096 tokens and a
 # global batch of 32, SFT/PEFT 2048 tokens and 128.
 DEFAULT_SEQ_LENGTH = {"pretrain": 4096, "sft": 2048, "peft": 2048}
 DEFAULT_GLOBAL_BATCH = {"pretrain": 32, "sft": 128, "peft": 128}
-# How each engine can shard the training state over data parallelism, best first, and the
-# `distributed.strategy` that runs it. Megatron's plain DDP is never better than the
-# distributed optimizer (same traffic, more memory), so it is not offered.
-SHARDINGS = {
-    "megatron": (("optimizer", "megatron"), ("full", "megatron")),
-    "bundled": (("full", "fsdp2"), ("none", "ddp")),
-}
 
 
 class PlanError(ValueError):
@@ -78,7 +62,7 @@ class PlanRequest:
     precision: str = "bf16"
     engine: str = "megatron"
     grad_reduce_dtype: str = "fp32"
-    precision_recipe: Optional[str] = None  # the FP8 scaling (Bridge token fp8cs, fp8mx, ...) when precision is fp8
+    fp8_recipe: Optional[str] = None  # the FP8 scaling (Bridge token fp8cs, fp8mx, ...) when precision is fp8
     # The recipe packs its SFT data offline (dataset.packed_sequence): Megatron Bridge then takes only
     # micro batch 1 (ConfigContainer.validate(); mbridge_rules.md "Sequence packing").
     packed_sequence: bool = False
@@ -94,7 +78,7 @@ class PlanRequest:
     @property
     def block_scaled(self) -> bool:
         """NVFP4, or FP8 with per-block scales (MXFP8, blockwise): the formats whose Megatron-FSDP path ranks last."""
-        return self.precision == "nvfp4" or self.precision_recipe in BLOCK_SCALED_RECIPES
+        return self.precision == "nvfp4" or self.fp8_recipe in BLOCK_SCALED_RECIPES
 
     def with_world(self, gpus: int) -> "PlanRequest":
         """The same request on ``gpus`` GPUs of the same type, in whole nodes where possible."""
@@ -121,10 +105,8 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
             why = " (one input token and its label)" if name == "seq_length" else ""
             raise PlanError(f"{name} must be at least {least}{why}, got {value}", field=name,
                             fix=f"use a value of at least {least}")
-    precision, precision_recipe = ("fp8", precision) if precision in FP8_RECIPES else (precision, None)
-    if precision_recipe and engine == "bundled":
-        raise PlanError(f"{precision_recipe} is a Megatron Bridge FP8 recipe; the bundled trainer's fp8 is torchao's "
-                        "own scaling", field="precision", fix="use --precision fp8 with --engine bundled")
+    refuse_fp8_recipe_for_bundled(precision, engine)
+    precision, fp8_recipe = split_precision(precision)
     hardware = get_hardware(gpu_type)
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
@@ -146,7 +128,14 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     return PlanRequest(model=card, hardware=hardware, gpus_per_node=gpn, num_nodes=num_nodes, goal=goal,
                        seq_length=seq, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH[goal],
                        precision=precision, engine=engine, grad_reduce_dtype=grad_reduce_dtype,
-                       packed_sequence=packed_sequence, precision_recipe=precision_recipe)
+                       packed_sequence=packed_sequence, fp8_recipe=fp8_recipe)
+
+
+def refuse_fp8_recipe_for_bundled(precision: Optional[str], engine: str) -> None:
+    """A Bridge FP8 recipe token names Transformer Engine's scaling, which the bundled trainer does not run."""
+    if precision in FP8_RECIPES and engine == "bundled":
+        raise PlanError(f"{precision} is a Megatron Bridge FP8 recipe; the bundled trainer's fp8 is torchao's own "
+                        "scaling", field="precision", fix="use --precision fp8 with --engine bundled")
 
 
 def _significant(value: float, digits: int = 6) -> float:
@@ -268,105 +257,12 @@ class Plan:
             "hardware": {"gpu_type": hw.name, "gpus_per_node": req.gpus_per_node, "num_nodes": req.num_nodes,
                          "world_size": req.world_size, "memory_gib": hw.memory_gib,
                          "usable_gib": round(self.usable_gib, PUBLISHED_DIGITS)},
-            "goal": req.goal, "engine": req.engine, "precision": req.precision, "precision_recipe": req.precision_recipe,
+            "goal": req.goal, "engine": req.engine, "precision": req.precision, "fp8_recipe": req.fp8_recipe,
             "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict() for row in rows],
             "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
                            for code, (finding, count) in sorted(self.rejections.items())],
         }
-
-
-# ---------------------------------------------------------------- search space
-
-
-def _allowed(engine: str, capability: str) -> bool:
-    return engine == "megatron" or bool(CAPABILITIES.get(capability))
-
-
-def needs_explicit_layout(request: PlanRequest, layout: Layout) -> bool:
-    """True when the decoder layers do not divide evenly over the PP x VP stages of ``layout``: Megatron
-    then needs a layout that places them (Bridge's layout builders, for models whose recipes have one)
-    or first/last-stage sizes (RA-L011 names them)."""
-    return layout.pp > 1 and request.model.num_hidden_layers % (layout.pp * layout.vp_or_1) != 0
-
-
-def structures(request: PlanRequest, shape: ModelShape) -> Iterator[Layout]:
-    """Every (TP, PP, VP, CP, EP, ETP) the engine may use that divides the world size.
-
-    Divisibility (world by TP·PP·CP and PP·EP·ETP, experts by EP, CP halves of the sequence) is
-    built in; everything else is left to the rules. TP stays within max(NVLink domain, GPUs per
-    node): beyond it the rules warn and every collective crosses the slow link. VP takes the
-    divisors of the layers per stage (and, for models whose recipes use explicit pipeline layouts,
-    EXPLICIT_LAYOUT_VPS) up to MAX_VIRTUAL_PIPELINE, kept only where Megatron has a way to place
-    the layers (the split rule's own helper; the rule still judges every layout).
-    Bridge's ETP default applies (1 with EP > 1, else TP).
-    """
-    req, engine = request, request.engine
-    world, seq, layers = req.world_size, req.seq_length, shape.layers
-    world_divisors = divisors(world)
-    tp_cap = max(req.hardware.nvlink_domain, req.gpus_per_node)
-    tps = [t for t in world_divisors if t <= tp_cap] if _allowed(engine, "tensor_parallel") else [1]
-    pps = [p for p in world_divisors if p <= layers] if _allowed(engine, "pipeline_parallel") else [1]
-    cps = [1]
-    if _allowed(engine, "context_parallel"):
-        cp = 2
-        while world % cp == 0 and seq % (2 * cp) == 0 and seq // cp >= C.MIN_TOKENS_PER_CP_RANK:
-            cps.append(cp)
-            cp *= 2
-    eps = [1]
-    if shape.is_moe and _allowed(engine, "expert_parallel"):
-        eps = [e for e in divisors(shape.experts) if world % e == 0]
-    use_vp = _allowed(engine, "virtual_pipeline")
-    use_sp = _allowed(engine, "sequence_parallel")
-    explicit = engine == "megatron" and explicit_layouts(req.model.id)
-
-    def placeable(pp: int, vp: int) -> bool:
-        return (explicit and pp * vp <= min(layers, C.MAX_EXPLICIT_LAYOUT_STAGES)) or _splits(layers, pp, vp)
-
-    for tp in tps:
-        for cp in cps:
-            if world % (tp * cp):
-                continue
-            for pp in pps:
-                if world % (tp * cp * pp) or not placeable(pp, 1):
-                    continue
-                vps: list[Optional[int]] = [None]
-                if pp > 1 and use_vp:
-                    options = set(divisors(math.ceil(layers / pp))) | (EXPLICIT_LAYOUT_VPS if explicit else set())
-                    vps += [v for v in sorted(options) if 2 <= v <= C.MAX_VIRTUAL_PIPELINE and placeable(pp, v)]
-                for ep in eps:
-                    etp = 1 if ep > 1 else tp
-                    if world % (pp * ep * etp):
-                        continue
-                    for vp in vps:
-                        yield Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp,
-                                     sp=use_sp and tp > 1 and sequence_parallel_splits(seq, tp, cp))
-
-
-def _splits(layers: int, pp: int, vp: int) -> bool:
-    return pp == 1 or layers % (pp * vp) == 0 or megatron_split(layers, pp, vp) is not None
-
-
-def micro_batch_sizes(request: PlanRequest, dp: int) -> list[int]:
-    """Micro batches that split the global batch into whole accumulation steps on ``dp`` replicas;
-    only 1 where Megatron Bridge trains on offline-packed sequences (``request.packed_sequence``: a
-    pack already holds several samples, and Bridge refuses micro batch > 1 with it)."""
-    gbs = request.global_batch_size
-    sizes = (1,) if request.packed_sequence and request.engine == "megatron" else C.MICRO_BATCH_SIZES
-    return [b for b in sizes if gbs % (b * dp) == 0]
-
-
-def recomputes(engine: str) -> tuple[str, ...]:
-    allowed = CAPABILITIES.get("recompute", RECOMPUTE_ORDER) if engine == "bundled" else RECOMPUTE_ORDER
-    return tuple(r for r in RECOMPUTE_ORDER if r in allowed)
-
-
-def shardings(engine: str, peft: bool = False) -> tuple[tuple[str, str], ...]:
-    if engine == "megatron":
-        # Megatron Bridge's PEFT recipes keep the frozen base replicated per model-parallel rank
-        # (distributed optimizer for the adapters; no Megatron-FSDP).
-        return SHARDINGS["megatron"][:1] if peft else SHARDINGS["megatron"]
-    return tuple((s, strategy) for s, strategy in SHARDINGS["bundled"] if strategy in CAPABILITIES["strategies"])
 
 
 # ---------------------------------------------------------------- planning
@@ -405,8 +301,8 @@ def facts_for(request: PlanRequest, layout: Layout, strategy: str) -> Facts:
     """The facts the rules judge for one planned layout (the planner checks memory fit itself)."""
     req = request
     extra = {"planner": True}
-    if req.precision_recipe:  # what Bridge runs (RA-P003: MXFP8 on Blackwell only)
-        extra["precision_recipe"] = req.precision_recipe
+    if req.fp8_recipe:  # what Bridge runs (RA-P003/RA-P004: MXFP8 and blockwise FP8 need newer GPUs)
+        extra["precision_recipe"] = req.fp8_recipe
     if req.engine == "megatron" and needs_explicit_layout(req, layout) and explicit_layouts(req.model.id):
         extra["pipeline_layout"] = "explicit"
     return Facts(layout=layout, world_size=req.world_size, model=req.model, hardware=req.hardware,

@@ -5,32 +5,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from service import constants as C
+from service.rules.layout import is_megatron_fsdp
 
 if TYPE_CHECKING:
     from service.facts import Layout
     from service.planner import PlannedLayout
 
 
+def _block_scaled_fsdp(row: PlannedLayout, block_scaled: bool) -> bool:
+    """A Megatron-FSDP row under a block-scaled precision (NVFP4, MXFP8, blockwise FP8). FSDP gathers the weights
+    every micro batch, and a block-scaled weight cannot be transposed from its gathered copy as a per-tensor FP8
+    one can (the backward needs a second, column-wise copy); Megatron-FSDP's gather of these formats arrived late
+    (Megatron-LM #2239, Megatron Bridge #1213 / #1794), and NVIDIA's published MXFP8 and NVFP4 layouts of dense
+    models never use it while their BF16 and FP8 current-scaling ones do (benchmarks/README.md). MoE models are
+    included: NVIDIA runs Megatron-FSDP with MXFP8 there only in variants named for it (DeepSeek-V3 `_fsdp`)."""
+    return block_scaled and is_megatron_fsdp(row.strategy, row.sharding)
+
+
 def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, layers: int,
                 unlaunchable: Callable[[Layout], bool], block_scaled: bool = False) -> tuple:
-    """Among layouts the estimates cannot tell apart: first those the recipe can launch as written
-    (``unlaunchable``: a pipeline the Bridge library recipe's layout table lacks), under a block-scaled
-    precision (``block_scaled``: NVFP4, MXFP8, blockwise FP8) the distributed optimizer before
-    Megatron-FSDP (FSDP gathers the weights every micro batch, and a block-scaled weight cannot be
-    transposed from its gathered copy as a per-tensor FP8 one can: the backward needs a second,
-    column-wise copy; Megatron-FSDP's gather of these formats arrived late, Megatron-LM #2239 and Megatron
-    Bridge #1213 / #1794, and NVIDIA's published MXFP8 and NVFP4 layouts of dense models never use it,
-    while their BF16 and FP8 current-scaling ones do), no CP unless the
-    context is long (seed: CP is for > 8K), no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer
-    placement costs such a stage more than the estimate resolves), smaller TP (seed: TP costs
-    collectives on every layer and stays in the node), memory headroom (a layout above
-    MEMORY_COMFORT_FRACTION of the GPU risks allocator retries and fragmentation growth over a long
-    run, and leaves no room for a longer batch; expert recipes stay below it), no PP without VP
-    (seed pitfall: the bubble), larger EP (seed: for MoE raise EP first), then the faster estimate."""
+    """Among layouts the estimates cannot tell apart, in order:
+
+    1. a pipeline the recipe can launch as written (``unlaunchable``: the Bridge library recipe's layout table
+       lacks it);
+    2. under a block-scaled precision, no Megatron-FSDP (:func:`_block_scaled_fsdp`);
+    3. no CP unless the context is long (seed: CP is for > 8K);
+    4. no pipeline stage thinner than MIN_LAYERS_PER_STAGE layers (whole-layer placement costs such a stage
+       more than the estimate resolves);
+    5. smaller TP (seed: TP costs collectives on every layer and stays in the node);
+    6. memory headroom (above MEMORY_COMFORT_FRACTION of the GPU a layout risks allocator retries and
+       fragmentation growth over a long run, and has no room for a longer batch; expert recipes stay below it);
+    7. no PP without VP (seed pitfall: the bubble);
+    8. larger EP (seed: for MoE raise EP first);
+    9. the faster estimate."""
     lay = row.structure
-    block_scaled_fsdp = block_scaled and row.strategy == "megatron" and row.sharding == "full"
-    return (unlaunchable(lay), block_scaled_fsdp, 0 if long_context else lay.cp,
-            lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp, lay.tp, row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
+    thin_stages = lay.pp > 1 and layers < C.MIN_LAYERS_PER_STAGE * lay.pp
+    return (unlaunchable(lay), _block_scaled_fsdp(row, block_scaled), 0 if long_context else lay.cp, thin_stages,
+            lay.tp, row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
 
 

@@ -12,7 +12,7 @@ from recipe_index.cards import ModelCard
 from recipe_index.models import find_bundled_model
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
-from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token, token_runs_on
+from service.rules.precision import PRECISION_TOKEN, split_precision, token_runs_on
 
 
 def _size(card: ModelCard) -> float:
@@ -21,22 +21,24 @@ def _size(card: ModelCard) -> float:
 
 def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[int],
           precision: Optional[str] = None) -> RecipeEntry:
-    """The entry for this allocation: long-context variants only for > 8K, same hardware, the requested
-    precision (the index normalises fp8cs/fp8ds/fp8mx to fp8; a requested FP8 recipe token prefers its own
-    recipe), closest GPU count."""
+    """The entry for this allocation: long-context variants only for > 8K, one that runs on the GPU, the
+    requested precision (the index normalises fp8cs/fp8ds/fp8mx to fp8; a requested FP8 recipe token prefers
+    its own recipe), same hardware, closest GPU count. The asked precision comes before the recipe's GPU: the
+    layout is re-planned for the GPU anyway, while another precision is another experiment (a relabelled
+    recipe, and no Bridge command for it)."""
     card = get_hardware(hardware)
-    fp8_recipe = precision if precision in FP8_RECIPES else None
-    precision = precision_of_token(fp8_recipe) if fp8_recipe else precision
+    precision, fp8_recipe = split_precision(precision) if precision else (None, None)
 
     def key(e: RecipeEntry) -> tuple:
         entry_seq = e.seq_length or 0
         long_wanted = seq is not None and seq > C.LONG_CONTEXT
         seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
         precision_miss = precision is not None and e.precision != precision
-        token = PRECISION_TOKEN.search(e.megatron_recipe or e.name)
-        cannot_run = not token_runs_on(token.group(1) if token else None, card)  # e.g. MXFP8 on Hopper
-        scaling_miss = fp8_recipe is not None and (token.group(1) if token else None) != fp8_recipe
-        return (seq_miss, cannot_run, e.hardware != hardware, precision_miss, scaling_miss,
+        match = PRECISION_TOKEN.search(e.megatron_recipe or e.name)
+        token = match.group(1) if match else None
+        cannot_run = not token_runs_on(token, card)  # e.g. MXFP8 on Hopper
+        scaling_miss = fp8_recipe is not None and token != fp8_recipe
+        return (seq_miss, cannot_run, precision_miss, scaling_miss, e.hardware != hardware,
                 abs(math.log2((e.num_gpus or 1) / world)), len(e.name), e.name)
     return min(entries, key=key)
 

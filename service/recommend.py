@@ -30,11 +30,11 @@ from service.changes import Change, diff
 from service.facts import Finding
 from service.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.launch_commands import render_commands
-from service.planner import Plan, PlanError, PlannedLayout, make_request, plan
+from service.planner import Plan, PlanError, PlannedLayout, make_request, plan, refuse_fp8_recipe_for_bundled
 from service.recipe_choice import choose_recipe
 from service.recommend_config import base_config, build_config
 from service.request_overrides import request_fields
-from service.rules.precision import FP8_RECIPES
+from service.rules.precision import fp8_recipe_of
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
 from service.yamlio import OverrideError, apply_overrides
@@ -133,17 +133,20 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
                       ) -> tuple[Optional[int], Optional[int], Optional[str], Optional[str], bool]:
     """(sequence length, global batch, precision, gradient reduce dtype, offline packing) of the recipe
     `recommend` would start from, for `plan` requests that leave them out; None (and no packing) when the
-    index has no recipe."""
+    index has no recipe. The precision is the one `recommend` would plan: the asked one, else the recipe's,
+    and under Megatron a plain fp8 as the FP8 recipe the base recipe runs."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size
     recipe, base, contract = _recipe_and_contract(card, goal, engine, hardware.name, world, seq_length, precision, [])
     seq = _contract_seq(card, contract)
     recipe_precision = contract.get("precision")
-    if engine == "bundled" and recipe_precision:  # as recommend decides it (fp8 kept where the trainer runs it)
+    if engine == "megatron":
+        recipe_precision = _megatron_precision(precision, contract, base)
+    elif recipe_precision and not precision:  # as recommend decides it (fp8 kept where the trainer runs it)
         recipe_precision = _bundled_precision(recipe_precision, hardware, [])
     else:
-        recipe_precision = _contract_precision(contract)
+        recipe_precision = precision or recipe_precision
     return (seq, _get(contract, "step_scheduler.global_batch_size"), recipe_precision,
             _get(contract, "distributed.grad_reduce_dtype"), packs_offline(recipe, [], base=base))
 
@@ -151,11 +154,14 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
 # ---------------------------------------------------------------- the whole flow
 
 
-def _contract_precision(contract: dict) -> Optional[str]:
-    """The contract's precision; for fp8 the FP8 recipe token its metadata names (fp8cs, fp8mx, ...), which
-    the planner ranks by (per-tensor or per-block scales)."""
-    precision, label = contract.get("precision"), _get(contract, "metadata.precision_recipe")
-    return label if precision == "fp8" and label in FP8_RECIPES else precision
+def _megatron_precision(asked: Optional[str], contract: dict, base: dict) -> Optional[str]:
+    """The user's precision, else the contract's; a plain fp8 as the FP8 recipe the base recipe runs (its
+    metadata.precision_recipe, else its name's token: the label the written config keeps), so that the plan
+    ranks the scaling the config trains in (per tensor or per block: service.ranking)."""
+    precision = asked or contract.get("precision")
+    if precision != "fp8":
+        return precision
+    return fp8_recipe_of(_get(base, "metadata.precision_recipe"), _get(base, "metadata.megatron_recipe")) or precision
 
 
 def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:
@@ -211,14 +217,17 @@ def packs_offline(recipe: Optional[RecipeEntry], overrides: list[str], *, base: 
     return _get(config, "dataset.packed_sequence") is True
 
 
-def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict,
+def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: str, contract: dict, base: dict,
                       notes: list[str], *, nodes: Optional[int], seq_length: Optional[int],
                       global_batch_size: Optional[int], precision: Optional[str],
                       grad_reduce_dtype: Optional[str] = None, packed_sequence: bool = False):
     """The plan request: what the user gave, the contract's values for the rest."""
-    prec = precision or (contract.get("precision") if engine == "bundled" else _contract_precision(contract))
-    if engine == "bundled" and prec:  # as contract_defaults decides it for `plan`
-        prec = _bundled_precision(prec, hardware, notes, asked=precision is not None)
+    refuse_fp8_recipe_for_bundled(precision, engine)  # before the bundled precision check calls it unknown
+    if engine == "megatron":
+        prec = _megatron_precision(precision, contract, base)
+    else:  # as contract_defaults decides it for `plan`
+        prec = precision or contract.get("precision")
+        prec = _bundled_precision(prec, hardware, notes, asked=precision is not None) if prec else prec
     prec = prec or "bf16"  # no recipe (schema defaults): make_request's default, as `plan` uses it
     return make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine, precision=prec,
                         seq_length=_given(seq_length, _contract_seq(card, contract)),
@@ -250,7 +259,7 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
         recipe, base, contract = _recipe_and_contract(card, wanted, engine, hardware.name, world, seq_length,
                                                       precision, notes)
         packed = packs_offline(recipe, overrides or [], base=base)
-        return recipe, base, _contract_request(card, gpus, hardware, wanted, engine, contract, notes,
+        return recipe, base, _contract_request(card, gpus, hardware, wanted, engine, contract, base, notes,
                                                packed_sequence=packed, **given), contract
 
     notes: list[str] = []
@@ -295,9 +304,10 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
 
 
 # Request fields (CLI --flag / API field) a rule's key stands for, and the config spellings of their fixes.
-_REQUEST_FIELD = {"precision": "precision", "distributed.strategy": "engine",
+_REQUEST_FIELD = {"precision": "precision", "metadata.precision_recipe": "precision", "distributed.strategy": "engine",
                   "model.pretrained_model_name_or_path": "engine"}
 _CONFIG_TO_OPTION = ((re.compile(r"\bstrategy: (\w+)"), r"--engine \1 (API: engine \1)"),
+                     (re.compile(r"\bmetadata\.precision_recipe: (\w+)"), r"--precision \1 (API: precision \1)"),
                      (re.compile(r"\bprecision: (\w+)"), r"--precision \1 (API: precision \1)"))
 
 

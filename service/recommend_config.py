@@ -19,9 +19,12 @@ from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service.changes import diff, effective
 from service.launch_commands import DATASET_PRESET
-from service.planner import PlannedLayout, explicit_layouts, needs_explicit_layout
+from service.planner import PlannedLayout
+from service.rules.layout import explicit_layouts
+from service.search_space import needs_explicit_layout
 from service.request_overrides import COUNT_KEYS, REQUEST_KEYS
 from service.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
+from service.rules.precision import precision_of_token
 from service.yamlio import OverrideError, apply_overrides, load_yaml
 from trainer.dotted import NotASection, get_dotted as _get, set_dotted
 from trainer.builders import PROJECT_ROOT
@@ -105,15 +108,17 @@ def _precision_label(base: dict, precision: str, fp8_recipe: Optional[str] = Non
 
 def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, recipe: Optional[RecipeEntry],
               base: dict) -> str:
-    precision = request.precision_recipe or request.precision  # a Bridge-style name: ..._fp8mx, ..._bf16
-    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{precision}".replace("-", "_")
+    label = _precision_label(base, request.precision, request.fp8_recipe)
+    # Named as Bridge names its recipes, by the label written below where it names this precision (..._fp8cs).
+    token = label if precision_of_token(label) == request.precision else request.precision
+    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{token}".replace("-", "_")
     meta = {"name": name, "kind": "bundled" if engine == "bundled" else "library", "family": card.family,
             "model": card.id, "mode": goal, "hardware": request.hardware.name, "num_gpus": request.world_size,
             "source": f"recipe-advisor recommend from {recipe.name}" if recipe else "recipe-advisor recommend"}
     meta.update({key: _get(base, f"metadata.{key}") for key in RECIPE_LABELS})
     if recipe is not None and recipe.megatron_recipe:
         meta["megatron_recipe"] = recipe.megatron_recipe
-    meta["precision_recipe"] = _precision_label(base, request.precision, request.precision_recipe)
+    meta["precision_recipe"] = label
     config["metadata"] = {k: v for k, v in meta.items() if v is not None}
     return name
 
@@ -260,8 +265,9 @@ def _keep_planned(planned: dict, config: dict) -> None:
         if value is not None and value != derived:
             raise OverrideError(
                 f"--{key} {value}: the advisor derives this label ({derived or 'none here'}) from the base recipe "
-                "and the precision, and the Megatron Bridge command runs that recipe; choose the precision with "
-                "--precision and the recipe with --model, --goal, --gpus and --gpu-type")
+                "and the precision, and the Megatron Bridge command runs that recipe; choose the precision (and an "
+                "FP8 recipe: fp8cs, fp8ds, fp8mx, fp8sc) with --precision and the recipe with --model, --goal, --gpus "
+                "and --gpu-type")
     for key in PLANNED_KEYS:
         if _get(planned, key) is not None:
             _restore(config, key, _get(planned, key))

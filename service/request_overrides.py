@@ -19,7 +19,7 @@ from recipe_index.errors import UnknownHardwareError
 from recipe_index.models import find_bundled_model
 from service import constants as C
 from service.memory import GRAD_REDUCE_DTYPES
-from service.planner import PRECISIONS
+from service.rules.precision import PRECISION_CHOICES, precision_of_token
 from service.yamlio import OverrideError, parse_overrides
 from trainer.config import MIN_SEQ_LENGTH, section_type, top_level_keys
 
@@ -38,7 +38,7 @@ REQUEST_KEYS = {
 # does not say which count the user means to keep, so an override of it is refused.
 COUNT_KEYS = ("hardware.gpus_per_node", "hardware.num_nodes")
 INTEGER_LIMITS = {"seq_length": C.MAX_SEQ_LENGTH, "global_batch_size": C.MAX_GLOBAL_BATCH}
-CHOICES = {"precision": PRECISIONS, "grad_reduce_dtype": GRAD_REDUCE_DTYPES}
+CHOICES = {"precision": PRECISION_CHOICES, "grad_reduce_dtype": GRAD_REDUCE_DTYPES}
 
 
 def _shown(value: Any) -> str:
@@ -68,6 +68,8 @@ def _same(name: str, a: Any, b: Any) -> bool:
             return get_hardware(str(a)).name == get_hardware(str(b)).name
         except UnknownHardwareError:
             return str(a).lower() == str(b).lower()
+    if name == "precision" and "fp8" in (a, b):  # fp8 restates an FP8 recipe's precision (fp8mx is fp8)
+        return precision_of_token(str(a)) == precision_of_token(str(b))
     return a == b
 
 
@@ -151,6 +153,7 @@ def request_fields(overrides: list[str], given: dict[str, Any], model: Optional[
             said = f"--{origin[name]}" if name in origin else flag
             raise OverrideError(f"--{key} {value} contradicts {said} {current}: they set the same thing "
                                 f"({name}); give it once, as {flag}")
-        fields[name] = value
+        if current is None:  # else the same value, as given (an FP8 recipe stays the token an fp8 restates)
+            fields[name] = value
         origin.setdefault(name, key)
     return fields

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.memory import gib_text, usable_memory_gib
+from service.rules.precision import FP8_RECIPES
 
 SEGMENTS = (  # (key in memory_gib, label, colour)
     ("weights", "weights", "#2f6fde"),
@@ -68,6 +69,13 @@ def memory_chart(memory: dict[str, float], capacity_gib: float) -> dict[str, Any
     }
 
 
+def _precision_shown(config: dict) -> str:
+    """The precision as the CLI's plan text shows it: an FP8 config by its FP8 recipe (fp8mx), else the precision."""
+    precision = config.get("precision", "bf16")
+    label = (config.get("metadata") or {}).get("precision_recipe")
+    return label if precision == "fp8" and label in FP8_RECIPES else precision
+
+
 def result_view(data: dict[str, Any], query: str, filename: str) -> dict[str, Any]:
     """The template's context for one recommendation answer."""
     hardware, layout = data["hardware"], data["layout"]
@@ -91,7 +99,7 @@ def result_view(data: dict[str, Any], query: str, filename: str) -> dict[str, An
         "seq_length": seq or "-",
         "global_batch_size": gbs or "-",
         "tokens_per_step": f"{seq * gbs:,}" if seq and gbs else "-",
-        "precision": config.get("precision", "bf16"),
+        "precision": _precision_shown(config),
         "recipe": {"name": recipe.get("name"), "kind": recipe.get("kind"),
                    "megatron_recipe": recipe.get("megatron_recipe"), "why": data["why"]},
         "notes": data["notes"],

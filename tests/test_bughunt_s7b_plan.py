@@ -16,7 +16,8 @@ from recipe_index import list_recipes
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, UNRECORDED
 from service.changes import MISSING, classify, diff, verdict
 from service.cli import main
-from service.planner import make_request, micro_batch_sizes, plan
+from service.planner import make_request, plan
+from service.search_space import micro_batch_sizes
 from service.recommend import packs_offline, recommend
 from service.validate import validate_text
 

@@ -15,7 +15,7 @@ import yaml
 
 from recipe_index.errors import ModelConfigError
 from recipe_index.models import MODELS_DIR, list_models, parse_config_json, resolve_model
-from service import planner
+from service import search_space
 from service.api_requests import MAX_GPUS, MAX_NODES
 from service.cli import main
 from service.request_overrides import INTEGER_LIMITS
@@ -38,7 +38,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def no_huge_search(monkeypatch):
     """The planner's divisor search trial-divides up to sqrt(world): for 2**64 GPUs that never ends.
     A count past the flag bounds must be refused before it, so reaching it with one is a failure."""
-    for module in (planner, layout):
+    for module in (search_space, layout):
         real = module.divisors
 
         def guarded(n, real=real):

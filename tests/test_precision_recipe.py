@@ -1,7 +1,7 @@
 """`--precision` takes Megatron Bridge's FP8 recipe tokens (fp8cs, fp8ds, fp8mx, fp8sc): fp8 with that scaling.
 
-Per-block scales (MXFP8, blockwise FP8) and NVFP4 rank Megatron-FSDP after the distributed optimizer among
-near-equal layouts (``service.ranking._preference``); the estimates themselves do not change.
+Per-block scales (MXFP8, blockwise FP8) and NVFP4 rank Megatron-FSDP after the other layouts of its tie band
+(``service.ranking._preference``); the estimates themselves do not change.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import copy
 import json
 from types import SimpleNamespace
+from typing import get_args
 
 import pytest
 
 from recipe_index import resolve_model
-from service import constants as C
+from service import api_requests, constants as C, web
 from service.bridge_command import bridge_gaps
 from service.cli import main
 from service.facts import Layout
@@ -21,6 +22,9 @@ from service.planner import PlanError, make_request, plan
 from service.ranking import rank
 from service.recipe_choice import choose_recipe
 from service.recommend import recommend
+from service.rules.precision import PRECISION_CHOICES
+from service.validate import validate_text
+from service.yamlio import OverrideError
 
 # NVIDIA's published Llama 3 70B layouts on 64 GB300: Megatron-FSDP (TP1, no PP) for BF16 and FP8 current
 # scaling, TP1 x PP4 x VP5 with the distributed optimizer for MXFP8 and NVFP4 (reference/mbridge_recipes.json).
@@ -31,13 +35,18 @@ def _plan(precision: str):
     return plan(make_request("llama3-70b", 64, "gb300", precision=precision, **LLAMA70B_64_GB300))
 
 
-@pytest.mark.parametrize("token, precision, block_scaled", [
-    ("fp8cs", "fp8", False), ("fp8ds", "fp8", False), ("fp8mx", "fp8", True), ("fp8sc", "fp8", True),
-    ("nvfp4", "nvfp4", True), ("bf16", "bf16", False), ("fp8", "fp8", False)])
-def test_a_token_is_fp8_with_its_scaling(token, precision, block_scaled):
-    req = make_request("llama3-70b", 64, "gb300", precision=token)
-    assert (req.precision, req.block_scaled) == (precision, block_scaled)
-    assert req.precision_recipe == (token if token.startswith("fp8") and token != "fp8" else None)
+@pytest.mark.parametrize("value, precision, fp8_recipe, block_scaled", [
+    ("fp8cs", "fp8", "fp8cs", False), ("fp8ds", "fp8", "fp8ds", False), ("fp8mx", "fp8", "fp8mx", True),
+    ("fp8sc", "fp8", "fp8sc", True), ("nvfp4", "nvfp4", None, True), ("bf16", "bf16", None, False),
+    ("fp8", "fp8", None, False)])
+def test_a_token_is_fp8_with_its_scaling(value, precision, fp8_recipe, block_scaled):
+    req = make_request("llama3-70b", 64, "gb300", precision=value)
+    assert (req.precision, req.fp8_recipe, req.block_scaled) == (precision, fp8_recipe, block_scaled)
+
+
+def test_every_entry_point_offers_the_same_choices():
+    assert get_args(api_requests.PRECISION) == PRECISION_CHOICES
+    assert sorted(web.PRECISIONS) == sorted(PRECISION_CHOICES)
 
 
 def test_block_scaled_fp8_ranks_megatron_fsdp_after_the_distributed_optimizer():
@@ -46,25 +55,33 @@ def test_block_scaled_fp8_ranks_megatron_fsdp_after_the_distributed_optimizer():
     assert (first.sharding, first.structure.pp) == ("full", 1)  # Megatron-FSDP wins the tie at per-tensor scales
     best = per_block.layouts[0]
     assert best.sharding == "optimizer" and best.structure.pp > 1
-    # Only the order among ties changes: the same rows, the same estimates, and the FSDP row is still offered.
+
     def rows(p):
         return sorted((repr(r.structure), r.micro_batch_size, r.sharding, r.tokens_per_s) for r in p.layouts
                       if r.fits)
+    # Only the order among ties changes: the same rows, the same estimates, and the FSDP row is still offered.
     assert rows(per_tensor) == rows(per_block)
     fsdp = next(r for r in per_block.layouts if r.sharding == "full" and r.fits)
-    assert fsdp.tokens_per_s == first.tokens_per_s  # still there, and within the tie band of the new first
+    assert fsdp.tokens_per_s == first.tokens_per_s
     assert best.tokens_per_s >= (1 - C.ESTIMATE_TIE_TOLERANCE) * fsdp.tokens_per_s
 
 
-def test_the_tie_break_only_acts_inside_the_tie_band():
-    def row(tps, sharding):
-        return SimpleNamespace(structure=Layout(tp=1, pp=1), fits=True, tokens_per_s=tps, memory_total_gib=10.0,
-                               sharding=sharding, strategy="megatron")
-    fsdp, optimizer = row(1000, "full"), row(960, "optimizer")
+def _row(tps, sharding, strategy="megatron", tp=1):
+    return SimpleNamespace(structure=Layout(tp=tp, pp=1), fits=True, tokens_per_s=tps, memory_total_gib=10.0,
+                           sharding=sharding, strategy=strategy)
+
+
+def test_the_tie_break_only_acts_inside_the_tie_band_and_on_megatron_fsdp():
+    fsdp, optimizer = _row(1000, "full"), _row(960, "optimizer")
     assert rank([fsdp, optimizer], layers=32, block_scaled=True) == [optimizer, fsdp]
     assert rank([fsdp, optimizer], layers=32, block_scaled=False)[0] is fsdp  # the faster estimate
-    clearly_faster = row(1500, "full")
+    clearly_faster = _row(1500, "full")
     assert rank([clearly_faster, optimizer], layers=32, block_scaled=True)[0] is clearly_faster
+    # The bundled trainer's FSDP2 is another engine: not demoted; and rows without FSDP keep their order.
+    fsdp2, ddp = _row(1000, "full", strategy="fsdp2"), _row(960, "none", strategy="ddp")
+    assert rank([fsdp2, ddp], layers=32, block_scaled=True) == [fsdp2, ddp]
+    tp1, tp2 = _row(960, "optimizer"), _row(1000, "optimizer", tp=2)
+    assert rank([tp2, tp1], layers=32, block_scaled=True) == rank([tp2, tp1], layers=32) == [tp1, tp2]
 
 
 def test_plan_json_and_text_name_the_fp8_recipe(capsys):
@@ -72,24 +89,47 @@ def test_plan_json_and_text_name_the_fp8_recipe(capsys):
             "--global-batch-size", "256", "--top", "1"]
     assert main(args + ["--precision", "fp8mx", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["precision"], data["precision_recipe"]) == ("fp8", "fp8mx")
+    assert (data["precision"], data["fp8_recipe"]) == ("fp8", "fp8mx")
     assert data["layouts"][0]["sharding"] == "optimizer"
     assert main(args + ["--precision", "fp8cs"]) == 0
     assert ", fp8cs, megatron engine" in capsys.readouterr().out
     assert main(args + ["--precision", "bf16", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["precision_recipe"] is None
+    assert json.loads(capsys.readouterr().out)["fp8_recipe"] is None
 
 
-def test_the_bundled_engine_refuses_a_bridge_fp8_recipe():
+def test_a_plain_fp8_plans_the_scaling_the_chosen_recipe_runs(capsys):
+    # qwen3-30b-a3b's only FP8 pretraining recipe is an MXFP8 one: plan and recommend both rank for it.
+    rec = recommend("qwen3-30b-a3b", 8, "b200", precision="fp8")
+    assert rec.plan.request.fp8_recipe == rec.config["metadata"]["precision_recipe"] == "fp8mx"
+    assert rec.plan.request.block_scaled
+    assert main(["plan", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu-type", "b200", "--precision", "fp8",
+                 "--format", "json", "--top", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["fp8_recipe"] == "fp8mx"
+    # Where the recipe is BF16, a plain fp8 names no scaling.
+    assert recommend("llama3-70b", 64, "gb300", precision="fp8").plan.request.fp8_recipe is None
+
+
+def test_the_bundled_engine_refuses_a_bridge_fp8_recipe_in_plan_and_recommend(client):
+    for call in (lambda: make_request("llama3-8b", 8, "h100", precision="fp8mx", engine="bundled"),
+                 lambda: recommend("llama3-8b", 8, "b200", precision="fp8mx", engine="bundled")):
+        with pytest.raises(PlanError) as err:
+            call()
+        assert err.value.field == "precision" and "--precision fp8" in err.value.fix
+        assert "kernels" not in str(err.value)
+    got = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100",
+                                             "engine": "bundled", "precision": "fp8cs"})
+    assert got.status_code == 400 and got.json()["field"] == "precision"
+    assert "--precision fp8 with --engine bundled" in got.json()["detail"]
+
+
+@pytest.mark.parametrize("gpu, token, code", [("h100", "fp8mx", "RA-P003"), ("l40s", "fp8sc", "RA-P004")])
+def test_an_fp8_recipe_the_gpu_lacks_is_refused_naming_the_precision(gpu, token, code):
+    result = plan(make_request("llama3-8b", 8, gpu, precision=token))
+    assert not result.layouts and set(result.rejections) == {code}
+    assert plan(make_request("llama3-8b", 8, gpu, precision="fp8cs")).fitting
     with pytest.raises(PlanError) as err:
-        make_request("llama3-8b", 8, "h100", precision="fp8mx", engine="bundled")
-    assert err.value.field == "precision" and "--precision fp8" in err.value.fix
-
-
-def test_mxfp8_on_hopper_is_rejected_by_its_rule():
-    result = plan(make_request("llama3-8b", 8, "h100", precision="fp8mx"))
-    assert not result.layouts and set(result.rejections) == {"RA-P003"}
-    assert result.layouts == [] and plan(make_request("llama3-8b", 8, "h100", precision="fp8cs")).fitting
+        recommend("llama3-8b", 8, gpu, precision=token)
+    assert err.value.field == "precision" and "--precision fp8cs (API: precision fp8cs)" in err.value.fix
 
 
 def test_the_recipe_with_the_asked_fp8_scaling_is_chosen():
@@ -99,14 +139,50 @@ def test_the_recipe_with_the_asked_fp8_scaling_is_chosen():
         assert chosen.name == f"gpt_oss_20b_pretrain_16gpu_h100_{token}"
 
 
+def test_the_asked_precision_beats_the_recipes_gpu_name():
+    # qwen3-30b-a3b has a gb200 MXFP8 test recipe and an h100 BF16 one: bf16 starts from the BF16 recipe.
+    rec = recommend("qwen3-30b-a3b", 8, "gb200", precision="bf16")
+    assert rec.recipe.name == "qwen3_30b_a3b_pretrain_8gpu_h100_bf16"
+    assert not [f for f in rec.findings if f.code == "RA-C005" and f.severity != "info"]
+
+
 def test_recommend_keeps_the_asked_fp8_recipe_and_validates():
     rec = recommend("gpt-oss-20b", 16, "b200", precision="fp8mx")
     meta = rec.config["metadata"]
     assert rec.config["precision"] == "fp8" and meta["precision_recipe"] == "fp8mx"
     assert meta["megatron_recipe"].endswith("_fp8mx_config") and meta["name"].endswith("_fp8mx")
-    assert not [f for f in rec.findings if f.severity == "error"]
+    assert not [f for f in rec.findings if f.severity == "error" or f.code == "RA-C005"]
     assert "megatron_bridge" in rec.commands  # the recipe runs MXFP8 itself: nothing the command cannot carry
     assert "--recipe gpt_oss_20b_pretrain_16gpu_h100_fp8mx_config" in rec.commands["megatron_bridge"]
+
+
+def test_the_name_follows_the_written_fp8_label():
+    plain = recommend("llama3-8b", 8, "b200", precision="fp8").config["metadata"]
+    token = recommend("llama3-8b", 8, "b200", precision="fp8cs").config["metadata"]
+    assert plain["precision_recipe"] == token["precision_recipe"] == "fp8cs"
+    assert plain["name"] == token["name"] == "llama3_8b_pretrain_8gpu_b200_fp8cs"
+
+
+def test_a_precision_override_takes_the_token_and_an_fp8_restating_it():
+    assert recommend("gpt-oss-20b", 16, "b200", overrides=["--precision=fp8mx"]).config["metadata"][
+        "precision_recipe"] == "fp8mx"
+    kept = recommend("gpt-oss-20b", 16, "b200", precision="fp8mx", overrides=["--precision=fp8"])
+    assert kept.config["metadata"]["precision_recipe"] == "fp8mx"
+    with pytest.raises(OverrideError, match="contradicts --precision fp8mx"):
+        recommend("gpt-oss-20b", 16, "b200", precision="fp8mx", overrides=["--precision=fp8cs"])
+
+
+def test_another_fp8_scaling_than_the_bridge_recipe_is_a_warning_with_a_fix_that_applies():
+    # Nemotron Nano 12B v2's recipe is named bf16 upstream but trains in fp8cs (the index records it).
+    rec = recommend("nemotron-nano-12b-v2", 8, "b200", precision="fp8mx")
+    report = validate_text(rec.config_yaml, "c.yaml")
+    finding = next(f for f in report.findings if f.code == "RA-C005")
+    assert finding.severity == "warning" and "trains as the recipe does" not in finding.message
+    assert "fp8cs" in finding.message and "fp8mx" in finding.message and "rename" not in finding.fix
+    assert "megatron_bridge" not in rec.commands  # the command would run fp8cs
+    # The recipe's own scaling is the upstream-name info it always was.
+    same = validate_text(recommend("nemotron-nano-12b-v2", 8, "b200").config_yaml, "c.yaml")
+    assert [f.severity for f in same.findings if f.code == "RA-C005"] == ["info"]
 
 
 def test_another_fp8_scaling_than_the_recipe_has_no_bridge_command():
@@ -114,17 +190,26 @@ def test_another_fp8_scaling_than_the_recipe_has_no_bridge_command():
                                              "megatron_recipe": "llama3_8b_pretrain_2gpu_h100_fp8cs_config"}}
     config = copy.deepcopy(base)
     config["metadata"]["precision_recipe"] = "fp8mx"
-    gaps = bridge_gaps(base, config, [])
-    gap = next(g for g in gaps if g == "metadata.precision_recipe")
+    gap = next(g for g in bridge_gaps(base, config, []) if g == "metadata.precision_recipe")
     assert "fp8cs" in gap.reason and "fp8mx" in gap.reason
     assert "metadata.precision_recipe" not in bridge_gaps(base, copy.deepcopy(base), [])
+    # A base without the label: its Bridge recipe's name says the scaling.
+    unlabelled = {"precision": "fp8", "metadata": {"megatron_recipe": "llama3_8b_pretrain_2gpu_h100_fp8cs_config"}}
+    assert "metadata.precision_recipe" in bridge_gaps(unlabelled, config, [])
+    # A BF16 base: the precision itself changes (another gap), not the FP8 scaling.
+    bf16 = {"precision": "bf16", "metadata": {"precision_recipe": "bf16"}}
+    assert "metadata.precision_recipe" not in bridge_gaps(bf16, config, [])
 
 
-def test_http_plan_takes_the_token_and_recommend_refuses_it_for_bundled(client):
+def test_http_and_web_take_the_token(client):
     body = {"model": "llama3-70b", "gpus": 64, "gpu_type": "gb300", "precision": "fp8mx", "top": 1,
             **LLAMA70B_64_GB300}
     got = client.post("/v1/plan", json=body)
-    assert got.status_code == 200 and got.json()["precision_recipe"] == "fp8mx"
-    refused = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 2, "gpu_type": "cpu",
-                                                 "engine": "bundled", "precision": "fp8mx"})
-    assert refused.status_code in (400, 422) and "precision" in refused.text
+    assert got.status_code == 200 and got.json()["fp8_recipe"] == "fp8mx"
+    overridden = client.post("/v1/recommend", json={"model": "gpt-oss-20b", "gpus": 16, "gpu_type": "b200",
+                                                    "overrides": {"precision": "fp8mx"}})
+    assert overridden.status_code == 200
+    assert overridden.json()["config"]["metadata"]["precision_recipe"] == "fp8mx"
+    page = client.get("/recommend", params={"model": "gpt-oss-20b", "gpus": 16, "gpu_type": "b200",
+                                            "precision": "fp8mx"})
+    assert page.status_code == 200 and "fp8mx, engine megatron" in page.text

@@ -98,6 +98,8 @@ CASES = [
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),
     ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),
+    ("RA-P004", "dense", {"metadata": dict(META, precision_recipe="fp8sc"), "precision": "fp8",
+                          "hardware.gpu_type": "l40s", "distributed.tp_size": 1, "distributed.sequence_parallel": False}),
     ("RA-E001", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.cp_size": 2}),
     ("RA-E002", "moe", {"distributed.strategy": "fsdp2", **MOCK}),
     ("RA-E004", "dense", {"distributed.strategy": "fsdp2", **MOCK,
@@ -324,6 +326,9 @@ def test_name_precision_fix_renames_to_the_label_that_matches(models):
 @pytest.mark.parametrize("gpu, label, precision, expected", [
     ("h100", "fp8mx", "fp8", ["RA-P003"]),
     ("l40s", "fp8mx", "fp8", ["RA-P003"]),  # Ada: FP8, but no MXFP8
+    ("l40s", "fp8sc", "fp8", ["RA-P004"]),  # Ada: FP8, but no blockwise FP8
+    ("h100", "fp8sc", "fp8", []),
+    ("a100-80gb", "fp8sc", "fp8", ["RA-P001"]),
     ("b200", "fp8mx", "fp8", []),
     ("gb200", "fp8mx", "fp8", []),
     ("vr200", "fp8mx", "fp8", []),
@@ -340,10 +345,11 @@ def test_precision_recipe_label_is_checked_against_the_gpu(models, gpu, label, p
     found = findings_of(config)
     assert sorted(f.code for f in found if f.code not in ("RA-C006", "RA-M002")) == expected
     for finding in found:
-        if finding.code == "RA-P003":
+        if finding.code in ("RA-P003", "RA-P004"):
             assert finding.severity == "error" and finding.key == "metadata.precision_recipe"
             assert "fp8cs" in finding.fix and "b200" in finding.fix and gpu in finding.message
-        if finding.code == "RA-P001":
+            assert (finding.code == "RA-P004") == ("h200" in finding.fix)  # blockwise FP8 runs on Hopper
+        if finding.code == "RA-P001" and label == "fp8mx":
             assert "b200" in finding.fix and "MXFP8" in finding.fix  # not "an H100-class GPU"
         if finding.code == "RA-P002":
             assert finding.key == "metadata.precision_recipe" and "nvfp4" in finding.message

@@ -111,15 +111,27 @@ def _tokens_for(precision: str) -> str:
     return " or ".join(FP8_RECIPES) if precision == "fp8" else precision
 
 
-def _bridge_recipe_precision(name: Optional[str]) -> Optional[str]:
-    """The precision Megatron Bridge's recipe ``name`` really trains in, as the index records it (None when
-    the index does not hold it). A few upstream names say bf16 for an fp8 recipe (mbridge_recipes.json
-    consistency flags: nemotronh_56b_pretrain_8gpu_h100_bf16_config runs fp8cs)."""
+def _bridge_recipe_precision(name: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+    """(precision, FP8 recipe token) Megatron Bridge's recipe ``name`` really trains in, as the index records
+    it ((None, None) when the index does not hold it). A few upstream names say bf16 for an fp8 recipe
+    (mbridge_recipes.json consistency flags: nemotronh_56b_pretrain_8gpu_h100_bf16_config runs fp8cs)."""
     try:
         entry = get_recipe(name) if name else None
     except UnknownRecipeError:
-        return None
-    return entry.precision if entry is not None and entry.megatron_recipe == name else None
+        return None, None
+    if entry is None or entry.megatron_recipe != name:
+        return None, None
+    return entry.precision, entry.precision_recipe if entry.precision_recipe in FP8_RECIPES else None
+
+
+def _another_fp8_scaling(name: str, scaling: str, label: str) -> Violation:
+    """The config asks for another FP8 recipe (metadata.precision_recipe) than Bridge's recipe trains with."""
+    return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {scaling} recipe, and this config asks "
+                     f"for {label} (metadata.precision_recipe): another FP8 scaling, so another experiment than the "
+                     f"recipe, which Bridge's command for it would run in {scaling}",
+                     f"set metadata.precision_recipe: {scaling} to train as the recipe does, or point "
+                     f"metadata.megatron_recipe at a recipe of this model that trains in {label} (Bridge's "
+                     f"*_{label} variant where it has one)", key="metadata.precision_recipe")
 
 
 @config_rule("RA-C005", "warning", "precision", "recipe name's precision matches the config",
@@ -137,7 +149,9 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
     match = PRECISION_TOKEN.search(name or "")
     token = match.group(1) if match else None
     label_precision = precision_of_token(label) if label else None
-    bridge = _bridge_recipe_precision(meta.megatron_recipe)
+    bridge, bridge_scaling = _bridge_recipe_precision(meta.megatron_recipe)
+    if bridge_scaling and label in FP8_RECIPES and label != bridge_scaling and actual == "fp8":
+        return _another_fp8_scaling(name, bridge_scaling, label)
     if token and precision_of_token(token) == actual and bridge not in (None, actual):
         return Violation(f"metadata.megatron_recipe {name} says {token} in its name, but Megatron Bridge's recipe "
                          f"trains in {bridge} (an upstream naming slip), and this config trains in {actual}: another "
@@ -175,6 +189,8 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
                          f"set metadata.precision_recipe: {_tokens_for(actual)}, or precision: {label_precision}",
                          key="metadata.precision_recipe")
     if token and label_precision is not None and token != label:
+        if meta.megatron_recipe and token in FP8_RECIPES and label in FP8_RECIPES:  # not indexed: its name says
+            return _another_fp8_scaling(name, token, label)
         return Violation(f"recipe {name} says {token} in its name but metadata.precision_recipe is {label}",
                          f"set metadata.precision_recipe: {token}, or rename the recipe to say {label}",
                          key="metadata.precision_recipe")

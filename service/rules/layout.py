@@ -398,10 +398,15 @@ def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
                      "model.pipeline_model_parallel_layout (a layout string) yourself")
 
 
+def is_megatron_fsdp(strategy: str, sharding: Optional[str]) -> bool:
+    """Megatron-FSDP: the training state sharded in full ("full") under strategy megatron."""
+    return strategy == "megatron" and sharding == "full"
+
+
 def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bool:
-    """Megatron-FSDP (sharding "full" under strategy megatron) together with pipeline stages; the
-    planner never offers it, RA-L017 warns on configs that ask for it."""
-    return strategy == "megatron" and sharding == "full" and pp > 1
+    """Megatron-FSDP together with pipeline stages; the planner never offers it, RA-L017 warns on configs
+    that ask for it."""
+    return is_megatron_fsdp(strategy, sharding) and pp > 1
 
 
 # Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open

@@ -17,14 +17,33 @@ from service.rules.registry import Violation, layout_rule
 FP8_RECIPES = ("fp8cs", "fp8ds", "fp8mx", "fp8sc")  # Bridge tokens: current, delayed, MX block, subchannel scaling
 BLOCK_SCALED_RECIPES = ("fp8mx", "fp8sc")  # a scale per block of 32 (MXFP8) or 128 values (blockwise), not per tensor
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")  # trainer/config.py `precision`
+# What `plan`/`recommend` --precision (and the API's `precision`) take: a precision, or for fp8 the FP8 recipe.
+PRECISION_CHOICES = PRECISIONS + FP8_RECIPES
 PRECISION_TOKEN = re.compile(r"_(bf16|fp8cs|fp8ds|fp8mx|fp8sc|nvfp4)(?:_|$)")  # Bridge recipe names
 MXFP8_ARCHS = ("blackwell", "rubin")  # Transformer Engine check_mxfp8_support: compute capability >= 10.0
+# Transformer Engine check_fp8_block_scaling_support: compute capability >= 9.0 (Ada's 8.9 has no blockwise FP8).
+FP8_BLOCKWISE_ARCHS = ("hopper", "blackwell", "rubin")
+
+
+def split_precision(value: str) -> tuple[str, Optional[str]]:
+    """(precision, FP8 recipe) of a --precision value: ``fp8mx`` -> (fp8, fp8mx), ``bf16`` -> (bf16, None)."""
+    return ("fp8", value) if value in FP8_RECIPES else (value, None)
+
+
+def fp8_recipe_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[str]:
+    """The FP8 recipe a config runs: its ``metadata.precision_recipe``, else the token in its Bridge recipe's name;
+    None when neither names an FP8 scaling."""
+    match = PRECISION_TOKEN.search(recipe_name or "")
+    token = label or (match.group(1) if match else None)
+    return token if token in FP8_RECIPES else None
 
 
 def token_runs_on(token: Optional[str], hw) -> bool:
-    """Whether a Bridge precision token's recipe runs on hardware ``hw`` (RA-P001..3 as a predicate)."""
+    """Whether a Bridge precision token's recipe runs on hardware ``hw`` (RA-P001..4 as a predicate)."""
     if token == "fp8mx":
         return hw.arch in MXFP8_ARCHS
+    if token == "fp8sc":
+        return hw.arch in FP8_BLOCKWISE_ARCHS
     if token in FP8_RECIPES:
         return hw.supports_fp8
     return hw.supports_fp4 if token == "nvfp4" else True
@@ -92,18 +111,29 @@ def nvfp4_needs_hardware(f: Facts) -> Optional[Violation]:
                                            "use precision: bf16 (or fp8 on Hopper), or a B200/B300/GB200/GB300")
 
 
+def _fp8_recipe_needs_arch(f: Facts, token: str, archs: tuple[str, ...], what: str, since: str) -> Optional[Violation]:
+    """A violation when the FP8 recipe Bridge runs is ``token`` on an FP8 GPU outside ``archs``."""
+    hw = f.hardware
+    asked, key = recipe_precision(f)
+    if asked != token or hw is None or hw.arch in archs:
+        return None
+    if not hw.supports_fp8:
+        return None  # no FP8 at all: RA-P001 says so, with a fix that covers every FP8 recipe
+    named = token if key == "metadata.precision_recipe" else f.extra["megatron_recipe"]
+    return Violation(f"{key} {named} ({what}) on {hw.name} ({hw.arch}): its tensor-core kernels exist from {since} "
+                     "on, and Transformer Engine refuses the recipe on older GPUs",
+                     "use FP8 current scaling instead (the *_fp8cs recipe, metadata.precision_recipe: fp8cs, "
+                     f"Bridge's bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or run on a "
+                     f"{_gpus_of(archs)} GPU", key=key)
+
+
 @layout_rule("RA-P003", "error", "metadata.precision_recipe", "MXFP8 needs Blackwell or newer",
              "Transformer Engine check_mxfp8_support: compute capability >= 10.0, asserted when the recipe starts")
 def mxfp8_needs_hardware(f: Facts) -> Optional[Violation]:
-    hw = f.hardware
-    token, key = recipe_precision(f)
-    if token != "fp8mx" or hw is None or hw.arch in MXFP8_ARCHS:
-        return None
-    if not hw.supports_fp8:
-        return None  # no FP8 at all: RA-P001 says so, with a fix that covers MXFP8
-    named = "fp8mx" if key == "metadata.precision_recipe" else f.extra["megatron_recipe"]
-    return Violation(f"{key} {named} (MXFP8, block-scaled FP8) on {hw.name} ({hw.arch}): MXFP8 tensor cores "
-                     "exist from Blackwell on, and Transformer Engine refuses the recipe on older GPUs",
-                     "use FP8 current scaling instead (the *_fp8cs recipe, metadata.precision_recipe: fp8cs, "
-                     f"Bridge's bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or run on a "
-                     f"{_gpus_of(MXFP8_ARCHS)} GPU", key=key)
+    return _fp8_recipe_needs_arch(f, "fp8mx", MXFP8_ARCHS, "MXFP8, block-scaled FP8", "Blackwell")
+
+
+@layout_rule("RA-P004", "error", "metadata.precision_recipe", "blockwise FP8 needs Hopper or newer",
+             "Transformer Engine check_fp8_block_scaling_support: compute capability >= 9.0")
+def blockwise_fp8_needs_hardware(f: Facts) -> Optional[Violation]:
+    return _fp8_recipe_needs_arch(f, "fp8sc", FP8_BLOCKWISE_ARCHS, "blockwise FP8, a scale per 128 values", "Hopper")
