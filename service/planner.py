@@ -31,7 +31,7 @@ from service.search_space import micro_batch_sizes, needs_explicit_layout, recom
 from service.steptime import StepTime, StepTimeModel, calibration_note
 from service.validate import check_layout
 from trainer.config import MIN_SEQ_LENGTH
-from trainer.capabilities import CAPABILITIES
+from trainer.capabilities import CAPABILITIES, supports_precision
 
 ENGINES = ("megatron", "bundled")
 GOALS = ("pretrain", "sft", "peft")
@@ -105,9 +105,12 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
             why = " (one input token and its label)" if name == "seq_length" else ""
             raise PlanError(f"{name} must be at least {least}{why}, got {value}", field=name,
                             fix=f"use a value of at least {least}")
-    refuse_fp8_recipe_for_bundled(precision, engine)
-    precision, fp8_recipe = split_precision(precision)
     hardware = get_hardware(gpu_type)
+    refuse_fp8_recipe_for_bundled(precision, engine, hardware)
+    precision, fp8_recipe = split_precision(precision)
+    if engine == "megatron" and hardware.arch == "cpu":
+        raise PlanError("Megatron Bridge trains on CUDA GPUs (Transformer Engine, NCCL); the cpu card is for the "
+                        "bundled trainer's gloo smoke tests", field="engine", fix="use --engine bundled on cpu")
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
         raise PlanError(f"gpus is GPUs per node when nodes is given: {gpus} > the {node} of one {hardware.name} node",
@@ -131,11 +134,15 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                        packed_sequence=packed_sequence, fp8_recipe=fp8_recipe)
 
 
-def refuse_fp8_recipe_for_bundled(precision: Optional[str], engine: str) -> None:
+def refuse_fp8_recipe_for_bundled(precision: Optional[str], engine: str, hardware: HardwareCard) -> None:
     """A Bridge FP8 recipe token names Transformer Engine's scaling, which the bundled trainer does not run."""
     if precision in FP8_RECIPES and engine == "bundled":
+        own = supports_precision("fp8", hardware.arch)
+        fix = "use --precision fp8 with --engine bundled" if own else (
+            f"use --precision {'fp32' if hardware.arch == 'cpu' else 'bf16'} with --engine bundled (its fp8 needs a "
+            f"GPU of {', '.join(CAPABILITIES['fp8']['archs'])})")
         raise PlanError(f"{precision} is a Megatron Bridge FP8 recipe; the bundled trainer's fp8 is torchao's own "
-                        "scaling", field="precision", fix="use --precision fp8 with --engine bundled")
+                        "scaling", field="precision", fix=fix)
 
 
 def _significant(value: float, digits: int = 6) -> float:

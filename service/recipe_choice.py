@@ -35,7 +35,7 @@ def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[i
         seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
         precision_miss = precision is not None and e.precision != precision
         match = PRECISION_TOKEN.search(e.megatron_recipe or e.name)
-        token = match.group(1) if match else None
+        token = e.precision_recipe or (match.group(1) if match else None)  # what it trains in: a few names say bf16
         cannot_run = not token_runs_on(token, card)  # e.g. MXFP8 on Hopper
         scaling_miss = fp8_recipe is not None and token != fp8_recipe
         return (seq_miss, cannot_run, precision_miss, scaling_miss, e.hardware != hardware,

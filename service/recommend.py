@@ -34,7 +34,7 @@ from service.planner import Plan, PlanError, PlannedLayout, make_request, plan, 
 from service.recipe_choice import choose_recipe
 from service.recommend_config import base_config, build_config
 from service.request_overrides import request_fields
-from service.rules.precision import fp8_recipe_of
+from service.rules.precision import fp8_recipe_of, token_runs_on
 from service.sizing import gpus_option, gpus_that_fit, memory_only
 from service.validate import validate_text
 from service.yamlio import OverrideError, apply_overrides
@@ -177,8 +177,10 @@ def _bundled_precision(precision: str, hardware, notes: list[str], *, asked: boo
         why = (f"its fp8 (torchao) needs a GPU of {', '.join(CAPABILITIES['fp8']['archs'])}" if precision == "fp8"
                else f"it has no {precision} kernels")
         if asked:
+            other = "fp32" if on_cpu else "bf16"
+            megatron = ", or --engine megatron" if token_runs_on(precision, hardware) and not on_cpu else ""
             raise PlanError(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}",
-                            field="precision", fix="use --precision bf16, or --engine megatron")
+                            field="precision", fix=f"use --precision {other}{megatron}")
         fallback = "fp32" if on_cpu else "bf16"
         notes.append(f"the bundled trainer does not train in {precision} on {hardware.name}: {why}; precision "
                      f"{precision} -> {fallback} (a convergence change)")
@@ -222,7 +224,7 @@ def _contract_request(card: ModelCard, gpus: int, hardware, goal: str, engine: s
                       global_batch_size: Optional[int], precision: Optional[str],
                       grad_reduce_dtype: Optional[str] = None, packed_sequence: bool = False):
     """The plan request: what the user gave, the contract's values for the rest."""
-    refuse_fp8_recipe_for_bundled(precision, engine)  # before the bundled precision check calls it unknown
+    refuse_fp8_recipe_for_bundled(precision, engine, hardware)  # before the bundled check calls it unknown
     if engine == "megatron":
         prec = _megatron_precision(precision, contract, base)
     else:  # as contract_defaults decides it for `plan`

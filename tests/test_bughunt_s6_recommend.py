@@ -119,7 +119,7 @@ def test_bundled_sequence_beyond_the_models_positions_is_refused_naming_the_flag
         assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled",
                      "--seq-length", "1000"]) == 2
         assert "error: --seq-length: seq_length 1000 is beyond the 256 positions of tiny-llama" in capsys.readouterr().err
-    assert main(["plan", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "megatron",
+    assert main(["plan", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "h100", "--engine", "megatron",
                  "--seq-length", "1000"]) == 0  # Megatron extends positions (RA-C011 warns there)
 
 

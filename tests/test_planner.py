@@ -230,7 +230,8 @@ def test_cli_plan_without_a_precision_reports_the_rule_not_a_missing_precision(c
                                                 ("--global-batch-size", "global_batch_size", 1)])
 @pytest.mark.parametrize("command", ["plan", "recommend"])
 def test_cli_zero_is_rejected_like_a_negative_value(capsys, command, flag, field, least):
-    assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", flag, "0"]) == 2
+    assert main([command, "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled", flag,
+                 "0"]) == 2
     err = capsys.readouterr().err
     assert f"error: {flag}: {field} must be at least {least}" in err and ", got 0" in err
 

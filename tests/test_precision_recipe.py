@@ -213,3 +213,63 @@ def test_http_and_web_take_the_token(client):
     page = client.get("/recommend", params={"model": "gpt-oss-20b", "gpus": 16, "gpu_type": "b200",
                                             "precision": "fp8mx"})
     assert page.status_code == 200 and "fp8mx, engine megatron" in page.text
+
+
+# ---------------------------------------------------------------- every refusal's fix is answered (sweep s11)
+
+
+def _answered(*args, **kwargs) -> bool:
+    try:
+        recommend(*args, **kwargs)
+        return True
+    except PlanError:
+        return False
+
+
+@pytest.mark.parametrize("gpu_type, gpus, precision", [
+    ("h100", 8, "nvfp4"), ("l40s", 8, "nvfp4"), ("a100-80gb", 8, "fp8"), ("cpu", 1, "fp8"), ("b200", 8, "nvfp4")])
+def test_a_bundled_precision_refusal_offers_megatron_only_where_it_runs_that_precision(gpu_type, gpus, precision):
+    with pytest.raises(PlanError) as err:
+        recommend("llama3-8b", gpus, gpu_type, engine="bundled", precision=precision)
+    assert err.value.field == "precision"
+    assert ("--engine megatron" in err.value.fix) == (gpu_type == "b200")
+    if gpu_type == "b200":
+        assert _answered("llama3-8b", gpus, gpu_type, engine="megatron", precision=precision)
+    plain = "fp32" if gpu_type == "cpu" else "bf16"
+    assert f"--precision {plain}" in err.value.fix
+    assert _answered("llama3-8b", gpus, gpu_type, engine="bundled", precision=plain)
+
+
+@pytest.mark.parametrize("gpu_type, gpus, fix", [("a100-80gb", 8, "--precision bf16"), ("cpu", 1, "--precision fp32"),
+                                                 ("h100", 8, "--precision fp8")])
+def test_a_bridge_token_on_the_bundled_engine_names_a_precision_that_runs(gpu_type, gpus, fix):
+    with pytest.raises(PlanError) as err:
+        recommend("llama3-8b", gpus, gpu_type, engine="bundled", precision="fp8mx")
+    assert f"{fix} with --engine bundled" in err.value.fix
+    assert _answered("llama3-8b", gpus, gpu_type, engine="bundled", precision=fix.split()[-1])
+
+
+def test_megatron_on_cpu_is_refused_naming_the_engine():
+    for call in (lambda: make_request("llama32-1b", 1, "cpu"), lambda: recommend("llama32-1b", 1, "cpu", goal="sft")):
+        with pytest.raises(PlanError) as err:
+            call()
+        assert err.value.field == "engine" and "--engine bundled" in err.value.fix
+    assert _answered("llama32-1b", 1, "cpu", goal="sft", engine="bundled")
+
+
+def test_a_precision_change_from_a_bridge_recipe_points_at_another_recipe_not_a_rename():
+    rec = recommend("qwen3-600m", 1, "h100", goal="sft", precision="fp8")
+    finding = next(f for f in rec.findings if f.code == "RA-C005")
+    assert "rename" not in finding.fix and "point metadata.megatron_recipe at" in finding.fix
+    assert "another experiment than the recipe" in finding.message
+
+
+def test_the_recipe_choice_reads_what_a_recipe_trains_in_not_its_name():
+    # nemotronh-56b's pretraining recipe is named bf16 upstream but trains in fp8cs: it cannot run on an A100,
+    # so a bf16 request there is refused on precision only when no recipe of the model runs.
+    card = resolve_model("nemotronh-56b")
+    chosen, _ = choose_recipe(card, "pretrain", "megatron", "a100-80gb", 64, None, None)
+    assert chosen.precision_recipe == "fp8cs" and chosen.precision == "fp8"
+    with pytest.raises(PlanError) as err:
+        recommend("nemotronh-56b", 64, "a100-80gb")
+    assert err.value.field == "precision" and "--precision bf16" in err.value.fix

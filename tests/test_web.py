@@ -254,6 +254,6 @@ def test_recommend_download_reads_gpus_as_the_api_does(client):
 
 def test_fix_texts_name_the_forms_fields(client):
     """The service's fixes say `--precision bf16 (API: precision bf16)`; the page says its own field."""
-    r = client.get("/recommend?model=llama3-8b&gpu_type=cpu&gpus=2&precision=fp8")
+    r = client.get("/recommend?model=llama3-8b&gpu_type=a100-80gb&gpus=2&precision=fp8")
     assert r.status_code == 400
     assert "use Precision bf16" in r.text and "--precision" not in r.text and "API:" not in r.text

@@ -181,6 +181,12 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
         # Only a precision the GPU has tensor cores for (RA-P001/P002 would refuse the other).
         runs = hw is None or {"fp8": hw.supports_fp8, "nvfp4": hw.supports_fp4}.get(named, True)
         train_as_named = f"set precision: {named} to train as the name says, or " if runs else ""
+        if meta.megatron_recipe:  # Bridge's function, not the config's own name: another recipe, not a rename
+            return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe{labelled}, and "
+                             f"this config trains in precision {actual}: another experiment than the recipe, which "
+                             f"Bridge's command for it would run in {token}",
+                             f"{train_as_named}point metadata.megatron_recipe at a recipe of this model that trains "
+                             f"in {actual} ({rename}){relabel}")
         return Violation(f"recipe {name} says {token} in its name{labelled} but the config trains in "
                          f"precision {actual}", f"{train_as_named}rename the recipe to say {rename}{relabel}")
     if label_precision is not None and label_precision != actual:

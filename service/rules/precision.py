@@ -39,12 +39,13 @@ def fp8_recipe_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[
 
 
 def token_runs_on(token: Optional[str], hw) -> bool:
-    """Whether a Bridge precision token's recipe runs on hardware ``hw`` (RA-P001..4 as a predicate)."""
+    """Whether a Bridge precision token's recipe (or a precision) runs on hardware ``hw`` (RA-P001..4 as a
+    predicate)."""
     if token == "fp8mx":
         return hw.arch in MXFP8_ARCHS
     if token == "fp8sc":
         return hw.arch in FP8_BLOCKWISE_ARCHS
-    if token in FP8_RECIPES:
+    if token in FP8_RECIPES or token == "fp8":
         return hw.supports_fp8
     return hw.supports_fp4 if token == "nvfp4" else True
 
