@@ -27,13 +27,14 @@ sys.path.insert(0, str(ROOT))
 
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
 from service.planner import make_request, plan  # noqa: E402
+from service.rules.precision import FP8_RECIPES, precision_of_token  # noqa: E402
 
 # Recipes that contradict themselves at their own GPU count (reference/mbridge_rules.md section 5):
 # their expert layout is not a valid layout of the request, so no planner can rank it.
 INVALID_AT_OWN_SIZE = ("num_gpus not divisible by PP*EP*ETP", "GBS not divisible by MBS*DP at num_gpus")
 # The precision each Bridge token trains in (the step-time benchmark's models take these); `plan` itself
 # takes the token, which names the FP8 scaling too (per tensor or per block).
-PRECISION = {"bf16": "bf16", "fp8cs": "fp8", "fp8ds": "fp8", "fp8mx": "fp8", "fp8sc": "fp8", "nvfp4": "nvfp4"}
+PRECISION = {token: precision_of_token(token) for token in ("bf16", *FP8_RECIPES, "nvfp4")}
 
 
 def shared_dir() -> Path:

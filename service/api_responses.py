@@ -257,7 +257,7 @@ class PlanResponse(_Response):
     fp8_recipe: Optional[str] = Field(
         default=None, description="The FP8 recipe planned for (fp8cs, fp8ds, fp8mx, fp8sc; precision is then fp8): the "
         "one the request named, or the base recipe's; null for other precisions and a plain fp8 without one. Under "
-        "per-block scales (fp8mx, fp8sc) a Megatron-FSDP layout ranks after the others of its tie band.",
+        "fp8mx (and precision nvfp4) a Megatron-FSDP layout ranks after the others of its tie band.",
         examples=["fp8mx"])
     grad_reduce_dtype: str = Field(description="Gradient reduce dtype planned for.", examples=["fp32"])
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])

@@ -108,8 +108,9 @@ def report_error(err: Exception) -> int:
 
 def format_text(result: Plan, top: Optional[int]) -> str:
     req, hw = result.request, result.request.hardware
+    precision = req.fp8_recipe or req.precision
     lines = [f"{req.model.id} on {req.world_size} x {hw.name} ({req.gpus_per_node}/node x {req.num_nodes}), "
-             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {req.fp8_recipe or req.precision}"
+             f"{req.goal}, seq {req.seq_length}, global batch {req.global_batch_size}, {precision}"
              f"{', bf16 gradient reduce' if req.grad_reduce_dtype == 'bf16' else ''}, "
              f"{req.engine} engine; {hw.memory_gib:g} GiB per GPU, {result.usable_gib:.1f} usable",
              f"{len(result.fitting)} of {len(result.layouts)} valid layouts fit "

@@ -25,7 +25,7 @@ from service.facts import Facts, Finding, Layout, split_world, with_fix
 from service.memory import (GRAD_REDUCE_DTYPES, PUBLISHED_DIGITS, MemoryEstimate, MemoryModel, ModelShape, model_shape,
                             usable_memory_gib)
 from service.ranking import rank  # noqa: F401  (planner.rank stays a public name)
-from service.rules.precision import BLOCK_SCALED_RECIPES, FP8_RECIPES, PRECISION_CHOICES, split_precision
+from service.rules.precision import FP8_RECIPES, PRECISION_CHOICES, split_precision
 from service.rules.layout import explicit_layouts, megatron_fsdp_with_pp, needs_unwritten_layout
 from service.search_space import micro_batch_sizes, needs_explicit_layout, recomputes, shardings, structures
 from service.steptime import StepTime, StepTimeModel, calibration_note
@@ -76,9 +76,10 @@ class PlanRequest:
         return self.goal == "peft"
 
     @property
-    def block_scaled(self) -> bool:
-        """NVFP4, or FP8 with per-block scales (MXFP8, blockwise): the formats whose Megatron-FSDP path ranks last."""
-        return self.precision == "nvfp4" or self.fp8_recipe in BLOCK_SCALED_RECIPES
+    def fsdp_last(self) -> bool:
+        """MXFP8 or NVFP4: precisions NVIDIA's published Megatron layouts never run with Megatron-FSDP, whose rows
+        then rank last among ties (service.ranking); blockwise FP8 (fp8sc) has no published layout to tell."""
+        return self.precision == "nvfp4" or self.fp8_recipe == "fp8mx"
 
     def with_world(self, gpus: int) -> "PlanRequest":
         """The same request on ``gpus`` GPUs of the same type, in whole nodes where possible."""
@@ -400,7 +401,7 @@ def plan(request: PlanRequest) -> Plan:
     return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
                                               comfortable_gib=comfortable, layers=shape.layers,
                                               unlaunchable=est.needs_layout_string,
-                                              block_scaled=request.block_scaled),
+                                              fsdp_last=request.fsdp_last),
                 structures=count, rejections=rejections)
 
 

@@ -12,7 +12,7 @@ from recipe_index.cards import ModelCard
 from recipe_index.models import find_bundled_model
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
-from service.rules.precision import PRECISION_TOKEN, split_precision, token_runs_on
+from service.rules.precision import precision_token_of, split_precision, token_runs_on
 
 
 def _size(card: ModelCard) -> float:
@@ -34,8 +34,7 @@ def _pick(entries: list[RecipeEntry], hardware: str, world: int, seq: Optional[i
         long_wanted = seq is not None and seq > C.LONG_CONTEXT
         seq_miss = (entry_seq < seq) if long_wanted else (entry_seq > C.LONG_CONTEXT)
         precision_miss = precision is not None and e.precision != precision
-        match = PRECISION_TOKEN.search(e.megatron_recipe or e.name)
-        token = e.precision_recipe or (match.group(1) if match else None)  # what it trains in: a few names say bf16
+        token = precision_token_of(e.precision_recipe, e.megatron_recipe or e.name)  # what it trains in
         cannot_run = not token_runs_on(token, card)  # e.g. MXFP8 on Hopper
         scaling_miss = fp8_recipe is not None and token != fp8_recipe
         return (seq_miss, cannot_run, precision_miss, scaling_miss, e.hardware != hardware,

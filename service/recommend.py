@@ -133,8 +133,8 @@ def contract_defaults(model: Union[str, ModelCard], gpus: int, gpu_type: str, *,
                       ) -> tuple[Optional[int], Optional[int], Optional[str], Optional[str], bool]:
     """(sequence length, global batch, precision, gradient reduce dtype, offline packing) of the recipe
     `recommend` would start from, for `plan` requests that leave them out; None (and no packing) when the
-    index has no recipe. The precision is the one `recommend` would plan: the asked one, else the recipe's,
-    and under Megatron a plain fp8 as the FP8 recipe the base recipe runs."""
+    index has no recipe, except the precision: the one `recommend` would plan, the asked one, else the
+    recipe's (None without either), and under Megatron a plain fp8 as the FP8 recipe the base recipe runs."""
     hardware = get_hardware(gpu_type)
     card = resolve_model(model) if isinstance(model, str) else model
     world = make_request(card, gpus, hardware.name, nodes=nodes, goal=goal, engine=engine).world_size

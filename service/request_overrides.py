@@ -153,7 +153,8 @@ def request_fields(overrides: list[str], given: dict[str, Any], model: Optional[
             said = f"--{origin[name]}" if name in origin else flag
             raise OverrideError(f"--{key} {value} contradicts {said} {current}: they set the same thing "
                                 f"({name}); give it once, as {flag}")
-        if current is None:  # else the same value, as given (an FP8 recipe stays the token an fp8 restates)
+        # Else the same value: keep the one given first, but an FP8 recipe token over the fp8 that restates it.
+        if current is None or (name == "precision" and current == "fp8"):
             fields[name] = value
         origin.setdefault(name, key)
     return fields

@@ -1,6 +1,6 @@
 """`--precision` takes Megatron Bridge's FP8 recipe tokens (fp8cs, fp8ds, fp8mx, fp8sc): fp8 with that scaling.
 
-Per-block scales (MXFP8, blockwise FP8) and NVFP4 rank Megatron-FSDP after the other layouts of its tie band
+MXFP8 and NVFP4 rank Megatron-FSDP after the other layouts of its tie band
 (``service.ranking._preference``); the estimates themselves do not change.
 """
 
@@ -12,15 +12,16 @@ from types import SimpleNamespace
 from typing import get_args
 
 import pytest
+import yaml
 
-from recipe_index import resolve_model
+from recipe_index import get_recipe, resolve_model
 from service import api_requests, constants as C, web
 from service.bridge_command import bridge_gaps
 from service.cli import main
 from service.facts import Layout
 from service.planner import PlanError, make_request, plan
 from service.ranking import rank
-from service.recipe_choice import choose_recipe
+from service.recipe_choice import _pick, choose_recipe
 from service.recommend import recommend
 from service.rules.precision import PRECISION_CHOICES
 from service.validate import validate_text
@@ -35,13 +36,14 @@ def _plan(precision: str):
     return plan(make_request("llama3-70b", 64, "gb300", precision=precision, **LLAMA70B_64_GB300))
 
 
-@pytest.mark.parametrize("value, precision, fp8_recipe, block_scaled", [
+# fsdp_last: MXFP8 and NVFP4, whose published layouts never use Megatron-FSDP; blockwise FP8 (fp8sc) has none.
+@pytest.mark.parametrize("value, precision, fp8_recipe, fsdp_last", [
     ("fp8cs", "fp8", "fp8cs", False), ("fp8ds", "fp8", "fp8ds", False), ("fp8mx", "fp8", "fp8mx", True),
-    ("fp8sc", "fp8", "fp8sc", True), ("nvfp4", "nvfp4", None, True), ("bf16", "bf16", None, False),
+    ("fp8sc", "fp8", "fp8sc", False), ("nvfp4", "nvfp4", None, True), ("bf16", "bf16", None, False),
     ("fp8", "fp8", None, False)])
-def test_a_token_is_fp8_with_its_scaling(value, precision, fp8_recipe, block_scaled):
+def test_a_token_is_fp8_with_its_scaling(value, precision, fp8_recipe, fsdp_last):
     req = make_request("llama3-70b", 64, "gb300", precision=value)
-    assert (req.precision, req.fp8_recipe, req.block_scaled) == (precision, fp8_recipe, block_scaled)
+    assert (req.precision, req.fp8_recipe, req.fsdp_last) == (precision, fp8_recipe, fsdp_last)
 
 
 def test_every_entry_point_offers_the_same_choices():
@@ -49,7 +51,7 @@ def test_every_entry_point_offers_the_same_choices():
     assert sorted(web.PRECISIONS) == sorted(PRECISION_CHOICES)
 
 
-def test_block_scaled_fp8_ranks_megatron_fsdp_after_the_distributed_optimizer():
+def test_mxfp8_ranks_megatron_fsdp_after_the_distributed_optimizer():
     per_tensor, per_block = _plan("fp8cs"), _plan("fp8mx")
     first = per_tensor.layouts[0]
     assert (first.sharding, first.structure.pp) == ("full", 1)  # Megatron-FSDP wins the tie at per-tensor scales
@@ -73,15 +75,15 @@ def _row(tps, sharding, strategy="megatron", tp=1):
 
 def test_the_tie_break_only_acts_inside_the_tie_band_and_on_megatron_fsdp():
     fsdp, optimizer = _row(1000, "full"), _row(960, "optimizer")
-    assert rank([fsdp, optimizer], layers=32, block_scaled=True) == [optimizer, fsdp]
-    assert rank([fsdp, optimizer], layers=32, block_scaled=False)[0] is fsdp  # the faster estimate
+    assert rank([fsdp, optimizer], layers=32, fsdp_last=True) == [optimizer, fsdp]
+    assert rank([fsdp, optimizer], layers=32, fsdp_last=False)[0] is fsdp  # the faster estimate
     clearly_faster = _row(1500, "full")
-    assert rank([clearly_faster, optimizer], layers=32, block_scaled=True)[0] is clearly_faster
+    assert rank([clearly_faster, optimizer], layers=32, fsdp_last=True)[0] is clearly_faster
     # The bundled trainer's FSDP2 is another engine: not demoted; and rows without FSDP keep their order.
     fsdp2, ddp = _row(1000, "full", strategy="fsdp2"), _row(960, "none", strategy="ddp")
-    assert rank([fsdp2, ddp], layers=32, block_scaled=True) == [fsdp2, ddp]
+    assert rank([fsdp2, ddp], layers=32, fsdp_last=True) == [fsdp2, ddp]
     tp1, tp2 = _row(960, "optimizer"), _row(1000, "optimizer", tp=2)
-    assert rank([tp2, tp1], layers=32, block_scaled=True) == rank([tp2, tp1], layers=32) == [tp1, tp2]
+    assert rank([tp2, tp1], layers=32, fsdp_last=True) == rank([tp2, tp1], layers=32) == [tp1, tp2]
 
 
 def test_plan_json_and_text_name_the_fp8_recipe(capsys):
@@ -101,7 +103,7 @@ def test_a_plain_fp8_plans_the_scaling_the_chosen_recipe_runs(capsys):
     # qwen3-30b-a3b's only FP8 pretraining recipe is an MXFP8 one: plan and recommend both rank for it.
     rec = recommend("qwen3-30b-a3b", 8, "b200", precision="fp8")
     assert rec.plan.request.fp8_recipe == rec.config["metadata"]["precision_recipe"] == "fp8mx"
-    assert rec.plan.request.block_scaled
+    assert rec.plan.request.fsdp_last
     assert main(["plan", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu-type", "b200", "--precision", "fp8",
                  "--format", "json", "--top", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["fp8_recipe"] == "fp8mx"
@@ -170,6 +172,11 @@ def test_a_precision_override_takes_the_token_and_an_fp8_restating_it():
     assert kept.config["metadata"]["precision_recipe"] == "fp8mx"
     with pytest.raises(OverrideError, match="contradicts --precision fp8mx"):
         recommend("gpt-oss-20b", 16, "b200", precision="fp8mx", overrides=["--precision=fp8cs"])
+    # In either order: an fp8 given first keeps the token named after it.
+    for kwargs in (dict(precision="fp8", overrides=["--precision=fp8mx"]),
+                   dict(overrides=["--precision=fp8", "--precision=fp8mx"])):
+        rec = recommend("gpt-oss-20b", 16, "b200", **kwargs)
+        assert rec.config["metadata"]["precision_recipe"] == rec.plan.request.fp8_recipe == "fp8mx"
 
 
 def test_another_fp8_scaling_than_the_bridge_recipe_is_a_warning_with_a_fix_that_applies():
@@ -262,14 +269,27 @@ def test_a_precision_change_from_a_bridge_recipe_points_at_another_recipe_not_a_
     finding = next(f for f in rec.findings if f.code == "RA-C005")
     assert "rename" not in finding.fix and "point metadata.megatron_recipe at" in finding.fix
     assert "another experiment than the recipe" in finding.message
+    # Bridge has no fp16 recipes: no variant name is made up for one.
+    fp16 = next(f for f in recommend("llama3-8b", 8, "h100", precision="fp16").findings if f.code == "RA-C005")
+    assert "_fp16_config" not in fp16.fix and "Bridge has no fp16 recipes" in fp16.fix
+
+
+def test_validate_refuses_megatron_on_the_cpu_card():
+    config = recommend("llama32-1b", 1, "h100", goal="sft").config
+    config["hardware"]["gpu_type"] = "cpu"
+    found = [f for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.severity == "error"]
+    assert [f.code for f in found] == ["RA-E006"] and "fsdp2" in found[0].fix
 
 
 def test_the_recipe_choice_reads_what_a_recipe_trains_in_not_its_name():
-    # nemotronh-56b's pretraining recipe is named bf16 upstream but trains in fp8cs: it cannot run on an A100,
-    # so a bf16 request there is refused on precision only when no recipe of the model runs.
-    card = resolve_model("nemotronh-56b")
-    chosen, _ = choose_recipe(card, "pretrain", "megatron", "a100-80gb", 64, None, None)
-    assert chosen.precision_recipe == "fp8cs" and chosen.precision == "fp8"
+    # NemotronH 56B's H100 recipe is named bf16 upstream but trains in fp8cs: it cannot run on an A100 (no FP8),
+    # so the choice takes another one; the name alone would call it runnable there.
+    slip = get_recipe("nemotronh_56b_pretrain_8gpu_h100_bf16")
+    bf16 = get_recipe("nemotronh_56b_pretrain_256gpu_gb300_bf16")
+    assert (slip.precision_recipe, bf16.precision_recipe) == ("fp8cs", "bf16")
+    assert _pick([slip, bf16], "a100-80gb", 8, None) is bf16
+    assert _pick([slip, bf16], "h100", 8, None) is slip
+    # The default request (the library recipe's fp8cs) is refused on precision there, naming --precision bf16.
     with pytest.raises(PlanError) as err:
         recommend("nemotronh-56b", 64, "a100-80gb")
     assert err.value.field == "precision" and "--precision bf16" in err.value.fix

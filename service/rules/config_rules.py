@@ -111,7 +111,7 @@ def _tokens_for(precision: str) -> str:
     return " or ".join(FP8_RECIPES) if precision == "fp8" else precision
 
 
-def _bridge_recipe_precision(name: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+def _bridge_recipe_trains_in(name: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """(precision, FP8 recipe token) Megatron Bridge's recipe ``name`` really trains in, as the index records
     it ((None, None) when the index does not hold it). A few upstream names say bf16 for an fp8 recipe
     (mbridge_recipes.json consistency flags: nemotronh_56b_pretrain_8gpu_h100_bf16_config runs fp8cs)."""
@@ -124,14 +124,26 @@ def _bridge_recipe_precision(name: Optional[str]) -> tuple[Optional[str], Option
     return entry.precision, entry.precision_recipe if entry.precision_recipe in FP8_RECIPES else None
 
 
-def _another_fp8_scaling(name: str, scaling: str, label: str) -> Violation:
-    """The config asks for another FP8 recipe (metadata.precision_recipe) than Bridge's recipe trains with."""
-    return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {scaling} recipe, and this config asks "
-                     f"for {label} (metadata.precision_recipe): another FP8 scaling, so another experiment than the "
-                     f"recipe, which Bridge's command for it would run in {scaling}",
-                     f"set metadata.precision_recipe: {scaling} to train as the recipe does, or point "
-                     f"metadata.megatron_recipe at a recipe of this model that trains in {label} (Bridge's "
-                     f"*_{label} variant where it has one)", key="metadata.precision_recipe")
+def _another_experiment(name: str, runs: str, asked: str, keep: str, *, trains: str, label: Optional[str],
+                        token: Optional[str] = None, also: str = "", key: Optional[str] = None) -> Violation:
+    """The config trains in ``trains`` (its ``metadata.precision_recipe``: ``label``), Megatron Bridge's recipe
+    ``name`` in ``runs``: another experiment, which Bridge's command for that recipe would run as the recipe does.
+    ``asked``: the precision or FP8 recipe to point at a recipe of; ``keep``: how to train as the recipe does;
+    ``token``: the precision token of the recipe's name, to name its variant; ``also``: what pointing at another
+    recipe needs besides."""
+    if PRECISION_TOKEN.fullmatch(f"_{asked}"):
+        variant = (f"Bridge's {asked} variant ({name.replace(f'_{token}', f'_{asked}', 1)}) where the index has one"
+                   if token else f"Bridge's *_{asked} variant where it has one")
+    elif asked == "fp8":
+        variant = f"Bridge's {' or '.join(FP8_RECIPES)} variant where it has one"
+    else:
+        variant = f"Bridge has no {asked} recipes: a recipe function of your own whose mixed precision is {asked}"
+    labelled = f" (metadata.precision_recipe: {label})" if label else ""
+    return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {runs} recipe, and this config trains in "
+                     f"{trains}{labelled}: another experiment than the recipe, which Bridge's command for it would run "
+                     f"in {runs}",
+                     f"{keep}point metadata.megatron_recipe at a recipe of this model that trains in {asked} "
+                     f"({variant}){also}", key=key)
 
 
 @config_rule("RA-C005", "warning", "precision", "recipe name's precision matches the config",
@@ -149,9 +161,11 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
     match = PRECISION_TOKEN.search(name or "")
     token = match.group(1) if match else None
     label_precision = precision_of_token(label) if label else None
-    bridge, bridge_scaling = _bridge_recipe_precision(meta.megatron_recipe)
-    if bridge_scaling and label in FP8_RECIPES and label != bridge_scaling and actual == "fp8":
-        return _another_fp8_scaling(name, bridge_scaling, label)
+    bridge, bridge_scaling = _bridge_recipe_trains_in(meta.megatron_recipe)
+    if bridge_scaling and label in FP8_RECIPES and label != bridge_scaling and actual == "fp8":  # another scaling
+        return _another_experiment(name, bridge_scaling, label, f"set metadata.precision_recipe: {bridge_scaling} to "
+                                   "train as the recipe does, or ", trains=actual, label=label,
+                                   key="metadata.precision_recipe")
     if token and precision_of_token(token) == actual and bridge not in (None, actual):
         return Violation(f"metadata.megatron_recipe {name} says {token} in its name, but Megatron Bridge's recipe "
                          f"trains in {bridge} (an upstream naming slip), and this config trains in {actual}: another "
@@ -164,31 +178,23 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
                          "does; the name is upstream's",
                          f"none needed; precision: {precision_of_token(token)} would be another experiment than "
                          "Bridge's recipe", severity="info")
-    if token and precision_of_token(token) != actual and meta.megatron_recipe and label_precision == actual:
-        # A deliberate change, recorded in the label (recommend --precision): the Bridge recipe stays the base.
-        return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe, and this config "
-                         f"trains in {actual} (metadata.precision_recipe: {label}): another experiment than the "
-                         "recipe, which Bridge's command for it would run in " + token,
-                         f"set precision: {precision_of_token(token)} (and metadata.precision_recipe: {token}) to "
-                         f"train as the recipe does, or point metadata.megatron_recipe at Bridge's {label} variant "
-                         f"({name.replace(f'_{token}', f'_{label}', 1)}) where the index has one")
     if token and precision_of_token(token) != actual:
-        labelled = f" (metadata.precision_recipe: {label})" if label else ""
-        rename = label if label_precision == actual else _tokens_for(actual)
-        relabel = " and set metadata.precision_recipe to the same" if label and label_precision != actual else ""
         named = precision_of_token(token)
         hw = view.facts.hardware if view.facts else None
         # Only a precision the GPU has tensor cores for (RA-P001/P002 would refuse the other).
         runs = hw is None or {"fp8": hw.supports_fp8, "nvfp4": hw.supports_fp4}.get(named, True)
-        train_as_named = f"set precision: {named} to train as the name says, or " if runs else ""
+        relabel = " and set metadata.precision_recipe to the same" if label and label_precision != actual else ""
         if meta.megatron_recipe:  # Bridge's function, not the config's own name: another recipe, not a rename
-            return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {token} recipe{labelled}, and "
-                             f"this config trains in precision {actual}: another experiment than the recipe, which "
-                             f"Bridge's command for it would run in {token}",
-                             f"{train_as_named}point metadata.megatron_recipe at a recipe of this model that trains "
-                             f"in {actual} ({rename}){relabel}")
+            # A label in the config's precision records a deliberate change (recommend --precision).
+            asked = label if label_precision == actual else actual
+            keep = (f"set precision: {named}{f' (and metadata.precision_recipe: {token})' if label else ''} to train "
+                    "as the recipe does, or ") if runs else ""
+            return _another_experiment(name, token, asked, keep, trains=actual, label=label, token=token, also=relabel)
+        labelled = f" (metadata.precision_recipe: {label})" if label else ""
+        tokens = label if label_precision == actual else _tokens_for(actual)
+        keep = f"set precision: {named} to train as the name says, or " if runs else ""
         return Violation(f"recipe {name} says {token} in its name{labelled} but the config trains in "
-                         f"precision {actual}", f"{train_as_named}rename the recipe to say {rename}{relabel}")
+                         f"precision {actual}", f"{keep}rename the recipe to say {tokens}{relabel}")
     if label_precision is not None and label_precision != actual:
         return Violation(f"metadata.precision_recipe {label} means precision {label_precision}, but the config "
                          f"trains in precision {actual}",
@@ -196,7 +202,9 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
                          key="metadata.precision_recipe")
     if token and label_precision is not None and token != label:
         if meta.megatron_recipe and token in FP8_RECIPES and label in FP8_RECIPES:  # not indexed: its name says
-            return _another_fp8_scaling(name, token, label)
+            return _another_experiment(name, token, label, f"set metadata.precision_recipe: {token} to train as the "
+                                       "recipe does, or ", trains=actual, label=label, token=token,
+                                       key="metadata.precision_recipe")
         return Violation(f"recipe {name} says {token} in its name but metadata.precision_recipe is {label}",
                          f"set metadata.precision_recipe: {token}, or rename the recipe to say {label}",
                          key="metadata.precision_recipe")

@@ -57,6 +57,17 @@ def _written_as_null(data: dict, key: str) -> bool:
     return isinstance(node, dict) and leaf in node and node[leaf] is None
 
 
+@layout_rule("RA-E006", "error", "distributed.strategy", "Megatron runs on CUDA GPUs",
+             "Megatron Bridge needs Transformer Engine and NCCL; hardware.yaml's cpu card is the bundled trainer's")
+def megatron_needs_gpus(f: Facts) -> Optional[Violation]:
+    if f.strategy != "megatron" or f.hardware is None or f.hardware.arch != "cpu":
+        return None
+    return Violation("strategy: megatron on the cpu card: Megatron Bridge trains on CUDA GPUs (Transformer Engine, "
+                     "NCCL); the cpu card is for the bundled trainer's gloo smoke tests",
+                     "set distributed.strategy: fsdp2 (or ddp) to run the bundled trainer on CPU, or a GPU "
+                     "hardware.gpu_type")
+
+
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
              "trainer/capabilities.py")
 def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:

@@ -1,7 +1,9 @@
-"""Precision rules: what the GPU's tensor cores run (FP8, NVFP4, MXFP8) and Megatron Bridge's precision
-tokens (the `_bf16_` / `_fp8cs_` part of a recipe name, `metadata.precision_recipe`).
+"""Precision rules: what the GPU's tensor cores run (FP8, blockwise FP8, MXFP8, NVFP4), Megatron Bridge's precision
+tokens (the `_bf16_` / `_fp8cs_` part of a recipe name, `metadata.precision_recipe`), and what `--precision` takes
+(a precision, or for fp8 Bridge's FP8 recipe token).
 
-Sources: Transformer Engine's FP8 / MXFP8 support checks and the hardware cards (`recipe_index/hardware.yaml`).
+Sources: Transformer Engine's FP8 / blockwise FP8 / MXFP8 support checks and the hardware cards
+(`recipe_index/hardware.yaml`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from service.facts import Facts
 from service.rules.registry import Violation, layout_rule
 
 FP8_RECIPES = ("fp8cs", "fp8ds", "fp8mx", "fp8sc")  # Bridge tokens: current, delayed, MX block, subchannel scaling
-BLOCK_SCALED_RECIPES = ("fp8mx", "fp8sc")  # a scale per block of 32 (MXFP8) or 128 values (blockwise), not per tensor
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")  # trainer/config.py `precision`
 # What `plan`/`recommend` --precision (and the API's `precision`) take: a precision, or for fp8 the FP8 recipe.
 PRECISION_CHOICES = PRECISIONS + FP8_RECIPES
@@ -30,11 +31,16 @@ def split_precision(value: str) -> tuple[str, Optional[str]]:
     return ("fp8", value) if value in FP8_RECIPES else (value, None)
 
 
-def fp8_recipe_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[str]:
-    """The FP8 recipe a config runs: its ``metadata.precision_recipe``, else the token in its Bridge recipe's name;
-    None when neither names an FP8 scaling."""
+def precision_token_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[str]:
+    """The precision token a recipe or config trains with: its label (``metadata.precision_recipe``), else the token
+    in its Bridge recipe's name (a few upstream names say bf16 for an fp8cs recipe: the label wins)."""
     match = PRECISION_TOKEN.search(recipe_name or "")
-    token = label or (match.group(1) if match else None)
+    return label or (match.group(1) if match else None)
+
+
+def fp8_recipe_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[str]:
+    """The FP8 recipe a config runs (:func:`precision_token_of`); None when it names no FP8 scaling."""
+    token = precision_token_of(label, recipe_name)
     return token if token in FP8_RECIPES else None
 
 
@@ -123,9 +129,9 @@ def _fp8_recipe_needs_arch(f: Facts, token: str, archs: tuple[str, ...], what: s
     named = token if key == "metadata.precision_recipe" else f.extra["megatron_recipe"]
     return Violation(f"{key} {named} ({what}) on {hw.name} ({hw.arch}): its tensor-core kernels exist from {since} "
                      "on, and Transformer Engine refuses the recipe on older GPUs",
-                     "use FP8 current scaling instead (the *_fp8cs recipe, metadata.precision_recipe: fp8cs, "
-                     f"Bridge's bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or run on a "
-                     f"{_gpus_of(archs)} GPU", key=key)
+                     f"use metadata.precision_recipe: fp8cs (FP8 current scaling: Bridge's *_fp8cs recipes, "
+                     f"bf16_with_fp8_current_scaling_mixed), which runs on {hw.name}, or a GPU of {_gpus_of(archs)}",
+                     key=key)
 
 
 @layout_rule("RA-P003", "error", "metadata.precision_recipe", "MXFP8 needs Blackwell or newer",
