@@ -111,7 +111,8 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
     precision, fp8_recipe = split_precision(precision)
     if engine == "megatron" and hardware.arch == "cpu":
         raise PlanError("Megatron Bridge trains on CUDA GPUs (Transformer Engine, NCCL); the cpu card is for the "
-                        "bundled trainer's gloo smoke tests", field="engine", fix="use --engine bundled on cpu")
+                        "bundled trainer's gloo smoke tests", field="engine",
+                        fix="use --engine bundled (API: engine bundled) on cpu, or a GPU type")
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
         raise PlanError(f"gpus is GPUs per node when nodes is given: {gpus} > the {node} of one {hardware.name} node",

@@ -30,7 +30,7 @@ def test_top1_and_top5_agreement_stay_above_the_floor(results):
     summary, _ = results
     assert summary["planned"] >= 250  # the benchmark still covers the index's models
     # 61.1 % and 83.2 % in benchmarks/README.md; targets 60 % (met: the floor is the target) and
-    # 90 % (not met: benchmarks/README.md says what is missing). Slack: 3 recipes at top-1, 1 at top-5; a change
+    # 90 % (not met: benchmarks/README.md says what is missing). Slack: 2 recipes at top-1, none at top-5; a change
     # that needs more is judged on both sets in benchmarks/README.md first, never by lowering the floor.
     assert summary["top1_pct"] >= 60.0, summary
     assert summary["top5_pct"] >= 83.0, summary

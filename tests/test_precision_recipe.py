@@ -278,7 +278,7 @@ def test_validate_refuses_megatron_on_the_cpu_card():
     config = recommend("llama32-1b", 1, "h100", goal="sft").config
     config["hardware"]["gpu_type"] = "cpu"
     found = [f for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.severity == "error"]
-    assert [f.code for f in found] == ["RA-E006"] and "fsdp2" in found[0].fix
+    assert [f.code for f in found] == ["RA-E006"] and "--engine bundled" in found[0].fix
 
 
 def test_the_recipe_choice_reads_what_a_recipe_trains_in_not_its_name():
@@ -293,3 +293,23 @@ def test_the_recipe_choice_reads_what_a_recipe_trains_in_not_its_name():
     with pytest.raises(PlanError) as err:
         recommend("nemotronh-56b", 64, "a100-80gb")
     assert err.value.field == "precision" and "--precision bf16" in err.value.fix
+
+
+@pytest.mark.parametrize("model, gpus", [("nemotronh-56b", 64), ("nemotronh-47b", 64), ("nemotron-nano-12b-v2", 8)])
+def test_a_slip_recipe_trained_in_another_precision_says_what_the_recipe_runs(model, gpus):
+    # These recipes are named bf16 upstream but train in fp8cs (the index records it): RA-C005 says what runs.
+    finding = next(f for f in recommend(model, gpus, "h100", precision="fp16").findings if f.code == "RA-C005")
+    assert "run in fp8cs" in finding.message and "Bridge's bf16 recipe" not in finding.message
+    assert "set precision: bf16" not in finding.fix and "set precision: fp8 (and metadata.precision_recipe: fp8cs)" \
+        in finding.fix
+
+
+@pytest.mark.parametrize("token", ["fp8ds", "fp8sc"])
+def test_no_recipe_name_is_made_up_for_a_scaling_bridge_has_no_recipes_of(token):
+    fix = next(f.fix for f in recommend("qwen3-600m", 1, "h100", goal="sft", precision=token).findings
+               if f.code == "RA-C005")
+    assert f"_{token}_config" not in fix and f"Bridge has no {token} recipes" in fix
+    # An indexed variant is named only where the index holds it.
+    fix = next(f.fix for f in recommend("qwen3-600m", 1, "b200", goal="sft", precision="fp8mx").findings
+               if f.code == "RA-C005")
+    assert "qwen3_600m_sft_1gpu_h100_fp8mx_config" not in fix and "*_fp8mx recipes" in fix

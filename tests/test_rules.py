@@ -317,13 +317,17 @@ def test_name_precision_is_judged_against_the_precision_that_trains(models, reci
         assert precision in found[0].message and found[0].fix and found[0].line is not None
 
 
-def test_name_precision_fix_renames_to_the_label_that_matches(models):
-    meta = dict(META, megatron_recipe="m_pretrain_8gpu_h100_bf16_config", precision_recipe="fp8cs")
+@pytest.mark.parametrize("recipe, variant", [
+    ("llama3_8b_pretrain_2gpu_h100_bf16_config", "Bridge's fp8cs variant, llama3_8b_pretrain_2gpu_h100_fp8cs_config"),
+    ("m_pretrain_8gpu_h100_bf16_config", "Bridge's *_fp8cs recipes, where the index has one"),  # not indexed
+])
+def test_name_precision_fix_points_at_the_variant_in_the_labels_precision(models, recipe, variant):
+    meta = dict(META, megatron_recipe=recipe, precision_recipe="fp8cs")
     [finding] = [f for f in findings_of(with_changes(models["dense"], {"metadata": meta, "precision": "fp8"}))
                  if f.code == "RA-C005"]
-    # megatron_recipe is Bridge's function: not renamed, but swapped for its variant in the label's precision
-    assert "set precision: bf16" in finding.fix and "Bridge's fp8cs variant (m_pretrain_8gpu_h100_fp8cs_config)" \
-        in finding.fix
+    # megatron_recipe is Bridge's function: not renamed, but swapped for its variant in the label's precision,
+    # named only where the index holds it
+    assert "set precision: bf16" in finding.fix and variant in finding.fix and "rename" not in finding.fix
 
 
 @pytest.mark.parametrize("gpu, label, precision, expected", [

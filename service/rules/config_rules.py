@@ -7,7 +7,7 @@ from difflib import get_close_matches
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from recipe_index import get_recipe
+from recipe_index import get_recipe, list_recipes
 from recipe_index.errors import UnknownRecipeError
 from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
 from service.rules.registry import Violation, config_rule
@@ -124,6 +124,19 @@ def _bridge_recipe_trains_in(name: Optional[str]) -> tuple[Optional[str], Option
     return entry.precision, entry.precision_recipe if entry.precision_recipe in FP8_RECIPES else None
 
 
+@lru_cache(maxsize=1)
+def _indexed_tokens() -> frozenset[str]:
+    """The precision tokens Megatron Bridge's recipes in the index train with (no fp16, fp8ds or fp8sc among them)."""
+    return frozenset(e.precision_recipe for e in list_recipes() if e.kind != "bundled" and e.precision_recipe)
+
+
+def _indexed(megatron_name: str) -> bool:
+    try:
+        return get_recipe(megatron_name) is not None
+    except UnknownRecipeError:
+        return False
+
+
 def _another_experiment(name: str, runs: str, asked: str, keep: str, *, trains: str, label: Optional[str],
                         token: Optional[str] = None, also: str = "", key: Optional[str] = None) -> Violation:
     """The config trains in ``trains`` (its ``metadata.precision_recipe``: ``label``), Megatron Bridge's recipe
@@ -131,11 +144,13 @@ def _another_experiment(name: str, runs: str, asked: str, keep: str, *, trains: 
     ``asked``: the precision or FP8 recipe to point at a recipe of; ``keep``: how to train as the recipe does;
     ``token``: the precision token of the recipe's name, to name its variant; ``also``: what pointing at another
     recipe needs besides."""
-    if PRECISION_TOKEN.fullmatch(f"_{asked}"):
-        variant = (f"Bridge's {asked} variant ({name.replace(f'_{token}', f'_{asked}', 1)}) where the index has one"
-                   if token else f"Bridge's *_{asked} variant where it has one")
-    elif asked == "fp8":
-        variant = f"Bridge's {' or '.join(FP8_RECIPES)} variant where it has one"
+    indexed = _indexed_tokens()
+    named = name.replace(f"_{token}", f"_{asked}", 1) if token else None
+    if named and named != name and _indexed(named):
+        variant = f"Bridge's {asked} variant, {named}"
+    elif asked in indexed or (asked == "fp8" and indexed & set(FP8_RECIPES)):
+        tokens = [asked] if asked in indexed else sorted(indexed & set(FP8_RECIPES))
+        variant = f"Bridge's {' or '.join(f'*_{t}' for t in tokens)} recipes, where the index has one of this model"
     else:
         variant = f"Bridge has no {asked} recipes: a recipe function of your own whose mixed precision is {asked}"
     labelled = f" (metadata.precision_recipe: {label})" if label else ""
@@ -179,7 +194,9 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
                          f"none needed; precision: {precision_of_token(token)} would be another experiment than "
                          "Bridge's recipe", severity="info")
     if token and precision_of_token(token) != actual:
-        named = precision_of_token(token)
+        # What Bridge's recipe runs: the index's record where it holds the recipe (a few names say bf16 for fp8cs).
+        runs_token = (bridge_scaling or bridge) if bridge else token
+        named = precision_of_token(runs_token)
         hw = view.facts.hardware if view.facts else None
         # Only a precision the GPU has tensor cores for (RA-P001/P002 would refuse the other).
         runs = hw is None or {"fp8": hw.supports_fp8, "nvfp4": hw.supports_fp4}.get(named, True)
@@ -187,9 +204,10 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
         if meta.megatron_recipe:  # Bridge's function, not the config's own name: another recipe, not a rename
             # A label in the config's precision records a deliberate change (recommend --precision).
             asked = label if label_precision == actual else actual
-            keep = (f"set precision: {named}{f' (and metadata.precision_recipe: {token})' if label else ''} to train "
-                    "as the recipe does, or ") if runs else ""
-            return _another_experiment(name, token, asked, keep, trains=actual, label=label, token=token, also=relabel)
+            keep = (f"set precision: {named}{f' (and metadata.precision_recipe: {runs_token})' if label else ''} to "
+                    "train as the recipe does, or ") if runs else ""
+            return _another_experiment(name, runs_token, asked, keep, trains=actual, label=label,
+                                       token=token if runs_token == token else None, also=relabel)
         labelled = f" (metadata.precision_recipe: {label})" if label else ""
         tokens = label if label_precision == actual else _tokens_for(actual)
         keep = f"set precision: {named} to train as the name says, or " if runs else ""

@@ -64,8 +64,8 @@ def megatron_needs_gpus(f: Facts) -> Optional[Violation]:
         return None
     return Violation("strategy: megatron on the cpu card: Megatron Bridge trains on CUDA GPUs (Transformer Engine, "
                      "NCCL); the cpu card is for the bundled trainer's gloo smoke tests",
-                     "set distributed.strategy: fsdp2 (or ddp) to run the bundled trainer on CPU, or a GPU "
-                     "hardware.gpu_type")
+                     "set hardware.gpu_type to a GPU (this is a Megatron Bridge config), or write a bundled-trainer "
+                     "config for the cpu card (recipe-advisor recommend --engine bundled --gpu-type cpu)")
 
 
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
