@@ -309,7 +309,54 @@ def test_no_recipe_name_is_made_up_for_a_scaling_bridge_has_no_recipes_of(token)
     fix = next(f.fix for f in recommend("qwen3-600m", 1, "h100", goal="sft", precision=token).findings
                if f.code == "RA-C005")
     assert f"_{token}_config" not in fix and f"Bridge has no {token} recipes" in fix
-    # An indexed variant is named only where the index holds it.
+    # A variant is named only where the index holds it, and Bridge's recipes only where this model has one.
     fix = next(f.fix for f in recommend("qwen3-600m", 1, "b200", goal="sft", precision="fp8mx").findings
                if f.code == "RA-C005")
-    assert "qwen3_600m_sft_1gpu_h100_fp8mx_config" not in fix and "*_fp8mx recipes" in fix
+    assert "qwen3_600m_sft_1gpu_h100_fp8mx_config" not in fix and "no fp8mx recipe of this model" in fix
+    fix = next(f.fix for f in recommend("llama3-70b", 64, "gb300", precision="fp8mx").findings
+               if f.code == "RA-C005")
+    assert "Bridge's *_fp8mx recipes, the index holds this model's" in fix
+
+
+# ---------------------------------------------------------------- RA-C005 fixes apply (review s11c)
+
+
+@pytest.mark.parametrize("label", ["bf16", "fp16", "fp32", "nvfp4"])
+def test_a_slip_recipe_with_a_label_that_disagrees_is_not_an_info(label):
+    config = recommend("nemotronh-56b", 64, "h100").config
+    config["metadata"]["precision_recipe"] = label
+    [finding] = [f for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.code == "RA-C005"]
+    assert finding.severity == "warning" and f"precision config is {label}" not in finding.message
+    config["metadata"]["precision_recipe"] = "fp8cs"
+    assert [f.severity for f in validate_text(yaml.safe_dump(config), "c.yaml").findings
+            if f.code == "RA-C005"] == ["info"]
+
+
+@pytest.mark.parametrize("label", ["bf16", "fp8ds", "fp8sc"])
+def test_the_slip_warnings_fix_applies_whatever_the_label(label):
+    config = recommend("nemotronh-56b", 64, "h100", precision="bf16").config
+    config["metadata"]["precision_recipe"] = label
+    [finding] = [f for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.code == "RA-C005"]
+    assert "metadata.precision_recipe: fp8cs" in finding.fix
+    config["precision"], config["metadata"]["precision_recipe"] = "fp8", "fp8cs"
+    assert [f.severity for f in validate_text(yaml.safe_dump(config), "c.yaml").findings
+            if f.code == "RA-C005"] == ["info"]
+
+
+def test_the_keep_clause_never_offers_an_fp8_recipe_the_gpu_cannot_run():
+    config = recommend("llama3-8b", 8, "b200", precision="fp8mx").config
+    config["hardware"]["gpu_type"] = "h100"
+    config["precision"], config["metadata"]["precision_recipe"] = "bf16", "bf16"
+    fix = next(f.fix for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.code == "RA-C005")
+    assert "fp8mx" not in fix.split(", or point")[0]
+    fix = next(f.fix for f in recommend("qwen3-600m", 1, "h100", goal="sft", precision="fp8").findings
+               if f.code == "RA-C005")
+    assert "fp8mx" not in fix
+
+
+@pytest.mark.parametrize("model, gpus, goal, precision", [("nemotronh-56b", 64, "pretrain", "nvfp4"),
+                                                           ("qwen3-600m", 1, "sft", "fp8mx")])
+def test_no_pattern_is_offered_for_a_token_the_model_has_no_recipe_of(model, gpus, goal, precision):
+    fix = next(f.fix for f in recommend(model, gpus, "b200", goal=goal, precision=precision).findings
+               if f.code == "RA-C005")
+    assert f"*_{precision} recipes" not in fix and "a recipe function of your own" in fix

@@ -319,7 +319,7 @@ def test_name_precision_is_judged_against_the_precision_that_trains(models, reci
 
 @pytest.mark.parametrize("recipe, variant", [
     ("llama3_8b_pretrain_2gpu_h100_bf16_config", "Bridge's fp8cs variant, llama3_8b_pretrain_2gpu_h100_fp8cs_config"),
-    ("m_pretrain_8gpu_h100_bf16_config", "Bridge's *_fp8cs recipes, where the index has one"),  # not indexed
+    ("m_pretrain_8gpu_h100_bf16_config", "Bridge's *_fp8cs recipes, where Bridge has one for this model"),  # unindexed
 ])
 def test_name_precision_fix_points_at_the_variant_in_the_labels_precision(models, recipe, variant):
     meta = dict(META, megatron_recipe=recipe, precision_recipe="fp8cs")

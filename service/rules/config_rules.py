@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from recipe_index import get_recipe, list_recipes
 from recipe_index.errors import UnknownRecipeError
-from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token
+from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token, token_runs_on
 from service.rules.registry import Violation, config_rule
 from service.rules.targets import TargetNotFound, is_allowed, unknown_kwargs
 from trainer.config import (ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, TARGET_SECTIONS, section_fields, section_type,
@@ -130,6 +130,20 @@ def _indexed_tokens() -> frozenset[str]:
     return frozenset(e.precision_recipe for e in list_recipes() if e.kind != "bundled" and e.precision_recipe)
 
 
+@lru_cache(maxsize=None)
+def _model_tokens(megatron_name: str) -> Optional[frozenset[str]]:
+    """The precision tokens of the index's Bridge recipes of the model recipe ``megatron_name`` trains (None when
+    the index does not hold that recipe)."""
+    try:
+        entry = get_recipe(megatron_name)
+    except UnknownRecipeError:
+        return None
+    if entry is None or not entry.model:
+        return None
+    return frozenset(e.precision_recipe for e in list_recipes() if e.model == entry.model and e.kind != "bundled"
+                     and e.precision_recipe)
+
+
 def _indexed(megatron_name: str) -> bool:
     try:
         return get_recipe(megatron_name) is not None
@@ -138,21 +152,27 @@ def _indexed(megatron_name: str) -> bool:
 
 
 def _another_experiment(name: str, runs: str, asked: str, keep: str, *, trains: str, label: Optional[str],
-                        token: Optional[str] = None, also: str = "", key: Optional[str] = None) -> Violation:
+                        token: Optional[str] = None, also: str = "", key: Optional[str] = None, hw=None) -> Violation:
     """The config trains in ``trains`` (its ``metadata.precision_recipe``: ``label``), Megatron Bridge's recipe
     ``name`` in ``runs``: another experiment, which Bridge's command for that recipe would run as the recipe does.
     ``asked``: the precision or FP8 recipe to point at a recipe of; ``keep``: how to train as the recipe does;
     ``token``: the precision token of the recipe's name, to name its variant; ``also``: what pointing at another
     recipe needs besides."""
     indexed = _indexed_tokens()
+    own = _model_tokens(name)  # None: the index does not hold the recipe, so its model is unknown
     named = name.replace(f"_{token}", f"_{asked}", 1) if token else None
+    wanted = [asked] if asked != "fp8" else [t for t in FP8_RECIPES if hw is None or token_runs_on(t, hw)]
+    have = [t for t in wanted if t in (indexed if own is None else own)]
+    own_recipe = "a recipe function of your own whose mixed precision is " + asked
     if named and named != name and _indexed(named):
         variant = f"Bridge's {asked} variant, {named}"
-    elif asked in indexed or (asked == "fp8" and indexed & set(FP8_RECIPES)):
-        tokens = [asked] if asked in indexed else sorted(indexed & set(FP8_RECIPES))
-        variant = f"Bridge's {' or '.join(f'*_{t}' for t in tokens)} recipes, where the index has one of this model"
+    elif have:
+        where = "where Bridge has one for this model" if own is None else "the index holds this model's"
+        variant = f"Bridge's {' or '.join(f'*_{t}' for t in have)} recipes, {where}"
+    elif any(t in indexed for t in wanted):
+        variant = f"the index has no {asked} recipe of this model: {own_recipe}"
     else:
-        variant = f"Bridge has no {asked} recipes: a recipe function of your own whose mixed precision is {asked}"
+        variant = f"Bridge has no {asked} recipes: {own_recipe}"
     labelled = f" (metadata.precision_recipe: {label})" if label else ""
     return Violation(f"metadata.megatron_recipe {name} is Megatron Bridge's {runs} recipe, and this config trains in "
                      f"{trains}{labelled}: another experiment than the recipe, which Bridge's command for it would run "
@@ -181,15 +201,23 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
         return _another_experiment(name, bridge_scaling, label, f"set metadata.precision_recipe: {bridge_scaling} to "
                                    "train as the recipe does, or ", trains=actual, label=label,
                                    key="metadata.precision_recipe")
+    relabel_as_recipe = (f" (and metadata.precision_recipe: {bridge_scaling})"
+                         if label and bridge_scaling and label != bridge_scaling else "")
     if token and precision_of_token(token) == actual and bridge not in (None, actual):
         return Violation(f"metadata.megatron_recipe {name} says {token} in its name, but Megatron Bridge's recipe "
                          f"trains in {bridge} (an upstream naming slip), and this config trains in {actual}: another "
                          f"experiment than the recipe, which Bridge's command for it would run in {bridge}",
-                         f"set precision: {bridge} to train as Bridge's recipe does; to keep {actual}, Bridge needs "
-                         f"a recipe function of your own whose mixed precision is {actual}")
+                         f"set precision: {bridge}{relabel_as_recipe} to train as Bridge's recipe does; to keep "
+                         f"{actual}, Bridge needs a recipe function of your own whose mixed precision is {actual}")
+    runs_as = bridge_scaling or bridge
+    if token and precision_of_token(token) != actual and bridge == actual and label and label != runs_as:
+        return Violation(f"metadata.precision_recipe {label} means precision {label_precision}, but the config "
+                         f"trains in precision {actual}, as Megatron Bridge's recipe {name} does ({runs_as}; its "
+                         f"name says {token}, an upstream slip)", f"set metadata.precision_recipe: {runs_as}",
+                         key="metadata.precision_recipe")
     if token and precision_of_token(token) != actual and bridge == actual:
         return Violation(f"Megatron Bridge's recipe {name} says {token} in its name but trains in {actual} itself "
-                         f"(its precision config{f' is {label}' if label else ''}): this config trains as the recipe "
+                         f"(its precision config is {runs_as}): this config trains as the recipe "
                          "does; the name is upstream's",
                          f"none needed; precision: {precision_of_token(token)} would be another experiment than "
                          "Bridge's recipe", severity="info")
@@ -199,7 +227,7 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
         named = precision_of_token(runs_token)
         hw = view.facts.hardware if view.facts else None
         # Only a precision the GPU has tensor cores for (RA-P001/P002 would refuse the other).
-        runs = hw is None or {"fp8": hw.supports_fp8, "nvfp4": hw.supports_fp4}.get(named, True)
+        runs = hw is None or token_runs_on(runs_token, hw)
         relabel = " and set metadata.precision_recipe to the same" if label and label_precision != actual else ""
         if meta.megatron_recipe:  # Bridge's function, not the config's own name: another recipe, not a rename
             # A label in the config's precision records a deliberate change (recommend --precision).
@@ -207,7 +235,7 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
             keep = (f"set precision: {named}{f' (and metadata.precision_recipe: {runs_token})' if label else ''} to "
                     "train as the recipe does, or ") if runs else ""
             return _another_experiment(name, runs_token, asked, keep, trains=actual, label=label,
-                                       token=token if runs_token == token else None, also=relabel)
+                                       token=token if runs_token == token else None, also=relabel, hw=hw)
         labelled = f" (metadata.precision_recipe: {label})" if label else ""
         tokens = label if label_precision == actual else _tokens_for(actual)
         keep = f"set precision: {named} to train as the name says, or " if runs else ""

@@ -65,7 +65,8 @@ def megatron_needs_gpus(f: Facts) -> Optional[Violation]:
     return Violation("strategy: megatron on the cpu card: Megatron Bridge trains on CUDA GPUs (Transformer Engine, "
                      "NCCL); the cpu card is for the bundled trainer's gloo smoke tests",
                      "set hardware.gpu_type to a GPU (this is a Megatron Bridge config), or write a bundled-trainer "
-                     "config for the cpu card (recipe-advisor recommend --engine bundled --gpu-type cpu)")
+                     "config for the cpu card (recipe-advisor recommend --model MODEL --gpus N --gpu-type cpu "
+                     "--engine bundled)")
 
 
 @layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
