@@ -360,3 +360,18 @@ def test_no_pattern_is_offered_for_a_token_the_model_has_no_recipe_of(model, gpu
     fix = next(f.fix for f in recommend(model, gpus, "b200", goal=goal, precision=precision).findings
                if f.code == "RA-C005")
     assert f"*_{precision} recipes" not in fix and "a recipe function of your own" in fix
+
+
+def test_the_label_fix_on_a_megatron_config_names_what_the_recipe_runs():
+    config = recommend("llama3-8b", 8, "h100", precision="fp8cs").config
+    config["metadata"]["precision_recipe"] = "bf16"
+    fix = next(f.fix for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.code == "RA-C005")
+    assert "fp8mx" not in fix and "fp8ds" not in fix and "precision: bf16" not in fix
+
+
+def test_the_name_says_fix_applies_with_a_label():
+    config = recommend("llama3-8b", 8, "h100").config
+    del config["metadata"]["megatron_recipe"]
+    config["precision"], config["metadata"]["precision_recipe"] = "fp16", "fp16"
+    fix = next(f.fix for f in validate_text(yaml.safe_dump(config), "c.yaml").findings if f.code == "RA-C005")
+    assert "metadata.precision_recipe: bf16" in fix

@@ -238,13 +238,16 @@ def name_precision_matches(view: "ConfigView") -> Optional[Violation]:
                                        token=token if runs_token == token else None, also=relabel, hw=hw)
         labelled = f" (metadata.precision_recipe: {label})" if label else ""
         tokens = label if label_precision == actual else _tokens_for(actual)
-        keep = f"set precision: {named} to train as the name says, or " if runs else ""
+        relabel_as_named = f" (and metadata.precision_recipe: {token})" if label else ""
+        keep = f"set precision: {named}{relabel_as_named} to train as the name says, or " if runs else ""
         return Violation(f"recipe {name} says {token} in its name{labelled} but the config trains in "
                          f"precision {actual}", f"{keep}rename the recipe to say {tokens}{relabel}")
     if label_precision is not None and label_precision != actual:
+        # Under a Bridge recipe whose precision is the config's, only that recipe's own token trains as it does.
+        relabel_to = runs_as if bridge == actual and runs_as else (token or _tokens_for(actual))
+        change = f", or precision: {label_precision}" if not meta.megatron_recipe else ""
         return Violation(f"metadata.precision_recipe {label} means precision {label_precision}, but the config "
-                         f"trains in precision {actual}",
-                         f"set metadata.precision_recipe: {_tokens_for(actual)}, or precision: {label_precision}",
+                         f"trains in precision {actual}", f"set metadata.precision_recipe: {relabel_to}{change}",
                          key="metadata.precision_recipe")
     if token and label_precision is not None and token != label:
         if meta.megatron_recipe and token in FP8_RECIPES and label in FP8_RECIPES:  # not indexed: its name says
