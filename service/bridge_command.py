@@ -255,8 +255,7 @@ def _gaps(base: dict, config: dict, findings: list[Finding], value_gaps: list[Ga
 def _fp8_scaling_gap(base: dict, config: dict) -> list[Gap]:
     """Another FP8 scaling (fp8mx for the recipe's fp8cs, say) at the same ``precision: fp8``: Bridge takes the
     scaling from the recipe's mixed-precision preset, which run_recipe.py cannot swap by ``key=value``."""
-    old, new = (fp8_recipe_of(_get(cfg, "metadata.precision_recipe"), _get(cfg, "metadata.megatron_recipe"))
-                for cfg in (base, config))
+    old, new = fp8_recipe_of(base), fp8_recipe_of(config)
     if new is None or old is None or old == new:
         return []
     why = (f"the recipe runs {old} and the config asks for {new}; Bridge takes the FP8 scaling from the recipe's "

@@ -161,7 +161,7 @@ def _megatron_precision(asked: Optional[str], contract: dict, base: dict) -> Opt
     precision = asked or contract.get("precision")
     if precision != "fp8":
         return precision
-    return fp8_recipe_of(_get(base, "metadata.precision_recipe"), _get(base, "metadata.megatron_recipe")) or precision
+    return fp8_recipe_of(base) or precision
 
 
 def _given(value: Optional[int], default: Optional[int]) -> Optional[int]:

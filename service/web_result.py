@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.memory import gib_text, usable_memory_gib
-from service.rules.precision import FP8_RECIPES
+from service.rules.precision import fp8_recipe_of
 
 SEGMENTS = (  # (key in memory_gib, label, colour)
     ("weights", "weights", "#2f6fde"),
@@ -72,8 +72,7 @@ def memory_chart(memory: dict[str, float], capacity_gib: float) -> dict[str, Any
 def _precision_shown(config: dict) -> str:
     """The precision as the CLI's plan text shows it: an FP8 config by its FP8 recipe (fp8mx), else the precision."""
     precision = config.get("precision", "bf16")
-    label = (config.get("metadata") or {}).get("precision_recipe")
-    return label if precision == "fp8" and label in FP8_RECIPES else precision
+    return (fp8_recipe_of(config) if precision == "fp8" else None) or precision
 
 
 def result_view(data: dict[str, Any], query: str, filename: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from recipe_index import get_recipe, list_recipes
+from recipe_index.cards import HardwareCard
 from recipe_index.errors import UnknownRecipeError
 from service.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token, token_runs_on
 from service.rules.registry import Violation, config_rule
@@ -111,60 +112,47 @@ def _tokens_for(precision: str) -> str:
     return " or ".join(FP8_RECIPES) if precision == "fp8" else precision
 
 
+def _indexed_recipe(name: Optional[str]):
+    """The index's entry for a Megatron Bridge recipe name, or None."""
+    try:
+        return get_recipe(name) if name else None
+    except UnknownRecipeError:
+        return None
+
+
 def _bridge_recipe_trains_in(name: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """(precision, FP8 recipe token) Megatron Bridge's recipe ``name`` really trains in, as the index records
     it ((None, None) when the index does not hold it). A few upstream names say bf16 for an fp8 recipe
     (mbridge_recipes.json consistency flags: nemotronh_56b_pretrain_8gpu_h100_bf16_config runs fp8cs)."""
-    try:
-        entry = get_recipe(name) if name else None
-    except UnknownRecipeError:
-        return None, None
+    entry = _indexed_recipe(name)
     if entry is None or entry.megatron_recipe != name:
         return None, None
     return entry.precision, entry.precision_recipe if entry.precision_recipe in FP8_RECIPES else None
 
 
-@lru_cache(maxsize=1)
-def _indexed_tokens() -> frozenset[str]:
-    """The precision tokens Megatron Bridge's recipes in the index train with (no fp16, fp8ds or fp8sc among them)."""
-    return frozenset(e.precision_recipe for e in list_recipes() if e.kind != "bundled" and e.precision_recipe)
-
-
 @lru_cache(maxsize=None)
-def _model_tokens(megatron_name: str) -> Optional[frozenset[str]]:
-    """The precision tokens of the index's Bridge recipes of the model recipe ``megatron_name`` trains (None when
-    the index does not hold that recipe)."""
-    try:
-        entry = get_recipe(megatron_name)
-    except UnknownRecipeError:
-        return None
-    if entry is None or not entry.model:
-        return None
-    return frozenset(e.precision_recipe for e in list_recipes() if e.model == entry.model and e.kind != "bundled"
-                     and e.precision_recipe)
-
-
-def _indexed(megatron_name: str) -> bool:
-    try:
-        return get_recipe(megatron_name) is not None
-    except UnknownRecipeError:
-        return False
+def _recipe_tokens(model: Optional[str] = None) -> frozenset[str]:
+    """The precision tokens the index's Megatron Bridge recipes (of ``model``, or all) train with: no fp16, fp8ds
+    or fp8sc among them."""
+    return frozenset(e.precision_recipe for e in list_recipes()
+                     if e.kind != "bundled" and e.precision_recipe and model in (None, e.model))
 
 
 def _another_experiment(name: str, runs: str, asked: str, keep: str, *, trains: str, label: Optional[str],
-                        token: Optional[str] = None, also: str = "", key: Optional[str] = None, hw=None) -> Violation:
+                        token: Optional[str] = None, also: str = "", key: Optional[str] = None,
+                        hw: Optional[HardwareCard] = None) -> Violation:
     """The config trains in ``trains`` (its ``metadata.precision_recipe``: ``label``), Megatron Bridge's recipe
     ``name`` in ``runs``: another experiment, which Bridge's command for that recipe would run as the recipe does.
     ``asked``: the precision or FP8 recipe to point at a recipe of; ``keep``: how to train as the recipe does;
     ``token``: the precision token of the recipe's name, to name its variant; ``also``: what pointing at another
     recipe needs besides."""
-    indexed = _indexed_tokens()
-    own = _model_tokens(name)  # None: the index does not hold the recipe, so its model is unknown
+    indexed, entry = _recipe_tokens(), _indexed_recipe(name)
+    own = _recipe_tokens(entry.model) if entry and entry.model else None  # None: the recipe's model is unknown
     named = name.replace(f"_{token}", f"_{asked}", 1) if token else None
     wanted = [asked] if asked != "fp8" else [t for t in FP8_RECIPES if hw is None or token_runs_on(t, hw)]
     have = [t for t in wanted if t in (indexed if own is None else own)]
     own_recipe = "a recipe function of your own whose mixed precision is " + asked
-    if named and named != name and _indexed(named):
+    if named and named != name and _indexed_recipe(named):
         variant = f"Bridge's {asked} variant, {named}"
     elif have:
         where = "where Bridge has one for this model" if own is None else "the index holds this model's"

@@ -38,9 +38,11 @@ def precision_token_of(label: Optional[str], recipe_name: Optional[str]) -> Opti
     return label or (match.group(1) if match else None)
 
 
-def fp8_recipe_of(label: Optional[str], recipe_name: Optional[str]) -> Optional[str]:
-    """The FP8 recipe a config runs (:func:`precision_token_of`); None when it names no FP8 scaling."""
-    token = precision_token_of(label, recipe_name)
+def fp8_recipe_of(config: dict) -> Optional[str]:
+    """The FP8 recipe a config (a recipe's or an advised one) runs, from its ``metadata`` labels
+    (:func:`precision_token_of`); None when it names no FP8 scaling."""
+    meta = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+    token = precision_token_of(meta.get("precision_recipe"), meta.get("megatron_recipe"))
     return token if token in FP8_RECIPES else None
 
 
@@ -71,10 +73,10 @@ def recipe_precision(f: Facts) -> tuple[Optional[str], Optional[str]]:
     if f.strategy != "megatron":
         return None, None
     label = f.extra.get("precision_recipe")
-    if label:
-        return label, "metadata.precision_recipe"
-    match = PRECISION_TOKEN.search(f.extra.get("megatron_recipe") or "")
-    return (match.group(1), "metadata.megatron_recipe") if match else (None, None)
+    token = precision_token_of(label, f.extra.get("megatron_recipe"))
+    if token is None:
+        return None, None
+    return token, "metadata.precision_recipe" if label else "metadata.megatron_recipe"
 
 
 def _gpus_of(archs: tuple[str, ...]) -> str:
