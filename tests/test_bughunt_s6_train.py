@@ -204,6 +204,35 @@ def test_a_worker_stopped_by_keyboard_interrupt_exits_130_without_a_traceback():
     assert result.stderr == ""
 
 
+def _run_with_a_failing_save(tmp_path, failure: str) -> subprocess.CompletedProcess:
+    """One training process whose first checkpoint save raises what torch.distributed.checkpoint raises:
+    a CheckpointException (a BaseException) wrapping each rank's exception."""
+    config = write_config(tmp_path, {"step_scheduler": {"max_steps": 4, "checkpoint_interval": 2}})
+    code = ("import os, signal, sys\n"
+            "from torch.distributed.checkpoint.api import CheckpointException\n"
+            "import trainer.launch as launch, trainer.recipes.base_recipe as base\n"
+            "def save_checkpoint(self, *args):\n"
+            f"    try:\n        {failure}\n"
+            "    except BaseException as exc:\n        raise CheckpointException('write', {0: (exc, None)})\n"
+            "base.BaseRecipe.save_checkpoint = save_checkpoint\n"
+            "launch.main([sys.argv[1]])")
+    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_sigint_inside_a_checkpoint_save_exits_130_without_a_traceback(tmp_path):
+    """A CI run met this: the SIGINT landed in os.fsync of a save on both ranks."""
+    result = _run_with_a_failing_save(tmp_path, "os.kill(os.getpid(), signal.SIGINT)")
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "CheckpointException" not in result.stderr
+
+
+def test_a_failed_checkpoint_save_is_reported_as_a_training_failure(tmp_path):
+    result = _run_with_a_failing_save(tmp_path, "raise OSError('No space left on device')")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "training failed" in result.stderr and "CheckpointException" in result.stderr
+
+
 def test_workers_stopped_by_sigint_map_to_130_with_one_line(capsys):
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 

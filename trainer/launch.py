@@ -299,7 +299,10 @@ def run(argv: list[str]) -> int:
         if info.is_main:
             print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # not only Exception: torch.distributed.checkpoint raises a BaseException
+        # (CheckpointException), also around a Ctrl-C that lands inside a save
         if _stop_requested:  # a peer left on the same Ctrl-C first, failing this rank's collective
             return EXIT_INTERRUPTED
         reason = lost_peer(exc)
