@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.trainer_harness import REPO, _env, records, write_config
-from trainer.checkpoint import find_latest, is_complete
+from trainer.checkpoint import find_latest, is_complete, list_complete
 from trainer.launch import load_config, preflight
 from trainer.overrides import ConfigError
 
@@ -231,6 +231,52 @@ def test_a_failed_checkpoint_save_is_reported_as_a_training_failure(tmp_path):
     result = _run_with_a_failing_save(tmp_path, "raise OSError('No space left on device')")
     assert result.returncode == 1, result.stderr[-3000:]
     assert "training failed" in result.stderr and "CheckpointException" in result.stderr
+
+
+def _run_interrupted_at(tmp_path, steps: int, patch: str) -> subprocess.CompletedProcess:
+    """One training process with ``patch`` (code that sends itself a SIGINT somewhere) applied first."""
+    config = write_config(tmp_path, {"step_scheduler": {"max_steps": steps, "checkpoint_interval": 2}})
+    code = f"import os, signal, sys\nimport trainer.launch as launch\n{patch}\nlaunch.main([sys.argv[1]])"
+    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_sigint_between_a_checkpoint_and_latest_still_resumes_the_newest(tmp_path):
+    """Flake hunt s12 F1: LATEST was written after the rename, so a Ctrl-C (or a kill) between the two left
+    it naming the previous checkpoint beside a newer complete one, and resume redid two steps."""
+    patch = ("import trainer.checkpoint as ck\nreal = ck.write_atomic\n"
+             "def write_atomic(path, text):\n    real(path, text)\n"
+             "    if path.name == 'LATEST' and 'step_4' in text:\n        os.kill(os.getpid(), signal.SIGINT)\n"
+             "ck.write_atomic = write_atomic")
+    result = _run_interrupted_at(tmp_path, 6, patch)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    ckpt = tmp_path / "ckpt"
+    assert [p.name for p in list_complete(ckpt)] == ["epoch_0_step_2"]  # step 4 was not renamed into place
+    assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_4"
+    assert find_latest(ckpt).name == "epoch_0_step_2"
+
+
+def test_a_sigint_after_latest_names_the_renamed_checkpoint(tmp_path):
+    patch = ("import trainer.checkpoint as ck\nreal = ck._fsync_path\n"
+             "def fsync_path(path):\n    real(path)\n"
+             "    if path == ck.Path(sys.argv[1]).parent / 'ckpt' and (path / 'epoch_0_step_4').is_dir():\n"
+             "        os.kill(os.getpid(), signal.SIGINT)\n"
+             "ck._fsync_path = fsync_path")
+    result = _run_interrupted_at(tmp_path, 6, patch)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    ckpt = tmp_path / "ckpt"
+    assert [p.name for p in list_complete(ckpt)] == ["epoch_0_step_2", "epoch_0_step_4"]
+    assert find_latest(ckpt).name == "epoch_0_step_4"
+
+
+def test_a_sigint_while_a_finished_run_tears_down_is_quiet(tmp_path):
+    """Flake hunt s12 F2: the handler still raised after run() returned, out of exit_process."""
+    patch = ("import torch.distributed as dist\nreal = dist.destroy_process_group\n"
+             "def destroy(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
+             "dist.destroy_process_group = destroy")
+    result = _run_interrupted_at(tmp_path, 2, patch)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
 
 
 def test_workers_stopped_by_sigint_map_to_130_with_one_line(capsys):

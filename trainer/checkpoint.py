@@ -105,7 +105,8 @@ def list_published(checkpoint_dir: Path) -> list[Path]:
 
 
 def find_latest(checkpoint_dir: Path) -> Optional[Path]:
-    """The checkpoint LATEST names when it is complete, else the one published last."""
+    """The checkpoint LATEST names when it is complete, else the one published last (LATEST names a
+    folder not there yet when a run stopped inside ``CheckpointDir.publish``)."""
     latest = checkpoint_dir / LATEST_FILE
     if latest.is_file():
         named = checkpoint_dir / latest.read_text(encoding="utf-8").strip()
@@ -450,19 +451,25 @@ class CheckpointDir:
         return stale
 
     def publish(self, tmp: Path, epoch: int, step: int) -> Path:
-        """fsync, mark complete, rename into place, point LATEST at it, apply retention."""
+        """fsync, mark complete, point LATEST at it, rename into place, apply retention.
+
+        LATEST is written before the rename: a run killed in between (Ctrl-C, SIGKILL) leaves it naming a
+        folder that does not exist yet, which ``find_latest`` skips for the newest published checkpoint;
+        written after, it would keep naming the previous checkpoint while a newer complete one sat beside it,
+        and resume would redo the steps between them."""
         final = self.root / checkpoint_name(epoch, step)
         fsync_tree(tmp)
         write_atomic(tmp / COMPLETE_MARKER, json.dumps({"epoch": epoch, "step": step, "time": time.time()}))
         if final.exists():
-            # Re-saving a step (a run restarted from an older checkpoint): retire the old copy first.
+            # Re-saving a step (a run restarted from an older checkpoint): retire the old copy first, so that
+            # LATEST never names the abandoned run's copy.
             retired = self.root / f"{TMP_PREFIX}retired_{final.name}"
             (final / COMPLETE_MARKER).unlink(missing_ok=True)
             final.rename(retired)
             shutil.rmtree(retired, ignore_errors=True)
+        write_atomic(self.root / LATEST_FILE, final.name + "\n")
         tmp.rename(final)
         _fsync_path(self.root)
-        write_atomic(self.root / LATEST_FILE, final.name + "\n")
         self.apply_retention(keep=final)
         return final
 

@@ -35,6 +35,7 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # the shell's code for Ctrl-C
 USAGE = "usage: python -m trainer CONFIG [--section.key VALUE ...]"
 _stop_requested = False  # set by the SIGINT handler that main() installs
+_leaving = False  # run() has returned: a Ctrl-C now only cuts the exit short
 
 
 def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], RecipeConfig]:
@@ -322,17 +323,24 @@ def _stop(signum, frame) -> None:
     ``.tmp_`` folder that resume skips. SIGTERM keeps its default (the process ends at once, silently)
     rather than waiting for a collective to return to Python."""
     global _stop_requested
+    if _leaving:  # in exit_process (its barrier may wait for a slow peer): leave now, without a traceback
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
     _stop_requested = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    global _leaving
     signal.signal(signal.SIGINT, _stop)
     try:
         code = run(list(sys.argv[1:] if argv is None else argv))
+        _leaving = True  # inside the try: a Ctrl-C just before this line is still caught below
     except KeyboardInterrupt:  # no traceback per rank: the launcher says it once ("stopped by SIGINT")
         code = EXIT_INTERRUPTED
+    _leaving = True
     if "trainer.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
         sys.exit(code)
     from trainer.dist import exit_process
