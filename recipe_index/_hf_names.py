@@ -273,6 +273,6 @@ _EXAMPLES = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads"
 
 def _example(name: str, value: Any) -> int:
     """The number a bad value meant, where it is plain (`"512"` -> 512), else a typical one."""
-    if isinstance(value, str) and value.strip().isdigit() and len(value) < 12:
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) < 12:
         return int(value)
     return _EXAMPLES.get(name, 8)

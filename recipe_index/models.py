@@ -178,6 +178,12 @@ def _download_card(repo_id: str, offline: bool) -> Union[ModelCard, str]:
     return card_from_config(_read_config(Path(path)), repo_id, source=f"{repo_id}/config.json", hf_id=repo_id)
 
 
+def resolve_hub_model(repo_id: str) -> ModelCard:
+    """A Hub repo's card (cache first; the Hub unless HF_HUB_OFFLINE), never a local path: what the
+    service may resolve for a client, whose ``org/name`` could also name a folder on the server."""
+    return _from_hub(repo_id)
+
+
 def resolve_model(name_or_path: str) -> ModelCard:
     """Find a model card: bundled id/alias, local config.json (file or folder), then the Hub.
 

@@ -44,9 +44,34 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+_JSON_TYPES = ("application/json", "application/*", "*/*")
+
+
+def _quality(accept: str, types: tuple[str, ...]) -> float:
+    """The highest q (RFC 9110 12.5.1) the Accept header gives any of ``types``; 0 when it names none."""
+    best = 0.0
+    for media_range in accept.lower().split(","):
+        kind, *params = (part.strip() for part in media_range.split(";"))
+        if kind not in types:
+            continue
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = min(max(float(value), 0.0), 1.0)
+                except ValueError:
+                    q = 0.0
+        best = max(best, q)
+    return best
+
+
 def _wants_yaml(request: Request) -> bool:
-    accept = request.headers.get("accept", "").lower()
-    return any(t in accept for t in ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"))
+    """YAML where the client asks for it at least as much as for JSON (``application/yaml;q=0`` refuses it)."""
+    accept = request.headers.get("accept", "")
+    yaml_q = _quality(accept, _YAML_TYPES)
+    return yaml_q > 0 and yaml_q >= _quality(accept, _JSON_TYPES)
 
 
 @contextmanager
@@ -200,12 +225,15 @@ def list_recipes(
     responses={**_pick(404), 200: {"content": {"application/yaml": {"schema": {"type": "string"}}}}},
 )
 def get_recipe(
-    request: Request, name: Annotated[str, Path(max_length=m.MAX_NAME, description="Recipe name from GET /v1/recipes.")]
+    request: Request, response: Response,
+    name: Annotated[str, Path(max_length=m.MAX_NAME, description="Recipe name from GET /v1/recipes.")],
 ):
     entry = index.get_recipe(name)
     text = index.load_recipe_text(entry.name)
+    vary = {"Vary": "Accept"}  # one URL, two bodies: a cache in front must key on Accept
     if _wants_yaml(request):
-        return PlainTextResponse(text, media_type="application/yaml")
+        return PlainTextResponse(text, media_type="application/yaml", headers=vary)
+    response.headers.update(vary)
     return m.RecipeDetail(**m.RecipeSummary.from_entry(entry).model_dump(), yaml=text)
 
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel
 from recipe_index import find_bundled_model
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
 from trainer.config import RecipeConfig, section_type
+from trainer.dotted import get_dotted
 from trainer.model_settings import DTYPES
 from trainer.optim_defaults import optimizer_defaults
 from trainer.text import clipped
@@ -395,14 +396,48 @@ def effective(config: dict, key: str) -> Any:
 
 def same_value(a: Any, b: Any) -> bool:
     """``a == b``, except that NaN equals NaN (also inside lists and mappings): a config that writes
-    ``.nan`` twice says the same thing twice."""
+    ``.nan`` twice says the same thing twice; a list equals a tuple of the same items (YAML's ``[0.9, 0.999]``
+    and the ``(0.9, 0.999)`` default of an optimizer's signature); ``true`` is not ``1``."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
-    if isinstance(a, list) and isinstance(b, list):
+    if isinstance(a, bool) != isinstance(b, bool) and a not in (None, MISSING) and b not in (None, MISSING):
+        return False
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     return a == b
+
+
+def _strict_int(key: str) -> bool:
+    """Whether the schema reads ``key`` as a strict integer (``tp_size``, ``global_batch_size``), which
+    refuses ``2.0``: there ``2`` -> ``2.0`` is a change, where a float setting (``weight_decay: 0``) is not."""
+    section, _, name = key.partition(".")
+    model = section_type(section) if section in RecipeConfig.model_fields and name else None
+    field = next((f for n, f in model.model_fields.items() if name in (n, f.alias)), None) if model else None
+    return field is not None and any(getattr(m, "strict", False) for m in field.metadata)
+
+
+def _same_setting(key: str, a: Any, b: Any) -> bool:
+    if not same_value(a, b):
+        return False
+    return not (isinstance(a, float) != isinstance(b, float) and _strict_int(key))
+
+
+def _reshaped_sections(left: dict[str, Any], right: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(sections one side writes as a value, a scalar or a list, and the other as a mapping: one change,
+    shown whole; sections one side sets to null and the other writes: null is no section, so the keys inside
+    are the changes)."""
+    def sections(flat: dict[str, Any]) -> set[str]:
+        return {key.rsplit(".", i)[0] for key in flat for i in range(1, key.count(".") + 1)}
+
+    left_sections, right_sections = sections(left), sections(right)
+    reshaped, nulled = set(), set()
+    for flat, other in ((left, right_sections), (right, left_sections)):
+        for key in other & set(flat):
+            if not isinstance(flat[key], dict):  # `peft: {}` is a mapping too: its keys take their defaults
+                (nulled if flat[key] is None else reshaped).add(key)
+    return reshaped, nulled
 
 
 _UNRECORDED_REASON = (
@@ -422,13 +457,23 @@ def diff(base: dict, new: dict) -> list[Change]:
     an UNRECORDED key only one side of a Megatron pair writes: the other side runs
     BRIDGE_RECIPE_VALUE, which the index does not know, so it is a convergence change whatever the value."""
     left, right = flatten(base), flatten(new)
-    gbs_changed = any(not same_value(_effective(left, key), _effective(right, key)) for key in GLOBAL_BATCH_KEYS)
+    gbs_changed = any(not _same_setting(key, _effective(left, key), _effective(right, key))
+                      for key in GLOBAL_BATCH_KEYS)
     megatron = is_megatron(left) or is_megatron(right)
     # Across megatron <-> fsdp2/ddp an unrecorded key neither side writes changes meaning too: Bridge's
     # recipe value on the one side, the trainer's default on the other (bughunt s10a #8).
     crossing = megatron and is_megatron(left) != is_megatron(right)
+    reshaped, nulled = _reshaped_sections(left, right)
     changes = []
     for key in sorted(set(left) | set(right) | (UNRECORDED if crossing else set())):
+        if key in nulled or any(key.startswith(section + ".") for section in reshaped):
+            continue
+        if key in reshaped:
+            old, new_value = get_dotted(base, key), get_dotted(new, key)
+            changes.append(Change(key, old, new_value, *classify(key, old, new_value, global_batch_changed=gbs_changed)))
+            continue
+        if key.startswith("metadata.") and key not in _CONVERGENCE_METADATA:
+            continue  # index metadata (name, source, description): the trainer does not read it
         if crossing and key in UNRECORDED and key not in left and key not in right:
             changes.append(Change(key, BRIDGE_RECIPE_VALUE if is_megatron(left) else _effective(left, key),
                                   BRIDGE_RECIPE_VALUE if is_megatron(right) else _effective(right, key),
@@ -440,7 +485,7 @@ def diff(base: dict, new: dict) -> list[Change]:
                                   BRIDGE_RECIPE_VALUE if new_value is MISSING else new_value,
                                   "convergence", _UNRECORDED_REASON))
             continue
-        if same_value(_effective(left, key), _effective(right, key)) or _same_model(key, old, new_value):
+        if _same_setting(key, _effective(left, key), _effective(right, key)) or _same_model(key, old, new_value):
             continue
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))

@@ -8,7 +8,8 @@ import sys
 
 
 def _positive(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else None
+    digits = text.lstrip("-")
+    value = int(text) if digits.isascii() and digits.isdigit() else None
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"expected a GPU count of at least 1, got {text!r}")
     return value

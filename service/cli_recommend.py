@@ -19,10 +19,21 @@ from service.changes import verdict
 from service.memory import gib_text
 from service.recommend import Recommendation, recommend
 from service.yamlio import OverrideError, YamlError
+from trainer.checkpoint import write_atomic
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 STDOUT = "-"  # `-o -`, as `validate -` and `diff BASE -` read stdin
 DEFAULT_CONFIG = "config.yaml"  # the file the commands read when no file is written
+
+
+def _save(path: Path, text: str) -> None:
+    """The config whole or not at all (a full disk leaves the user's old file), through a symlink to the
+    file it names; a device or pipe (``-o /dev/stdout``) is written as it is: it cannot be replaced."""
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    write_atomic(path.resolve() if path.is_symlink() else path, text)
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -99,9 +110,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     if args.output and not to_stdout:
         try:
-            Path(args.output).write_text(rec.config_yaml, encoding="utf-8")
+            _save(Path(args.output), rec.config_yaml)
         except OSError as err:
-            print(f"error: cannot write {args.output}: {err.strerror or err}", file=sys.stderr)
+            print(f"error: cannot write {args.output}: {err.strerror or err} (the file is as it was)", file=sys.stderr)
             return EXIT_UNUSABLE
     if args.format == "json":
         print(json.dumps(rec.to_dict(), indent=2, default=str))

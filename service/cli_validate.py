@@ -150,15 +150,16 @@ def run(args) -> int:
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
-    files, missing = expand_paths(p for p in args.paths if p != STDIN)
+    files, missing, empty = expand_paths(p for p in args.paths if p != STDIN)
     reports = [validate_stdin(gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes)] if STDIN in args.paths else []
     reports += [validate_file(path, gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes) for path in files]
-    for path in missing:
+    # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied
+    # folder must fail where it can be seen, and a JSON reader still gets a document.
+    for path, message, fix in ([(p, "no such file or folder", "check the path") for p in missing]
+                               + [(p, "no .yaml/.yml file in this folder or below it",
+                                   "check the path, or name the config files themselves") for p in empty]):
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
-            code="RA-F001", severity="error", message="no such file or folder", fix="check the path")]))
-    if not reports:
-        print("recipe-advisor validate: no .yaml/.yml files found in " + ", ".join(args.paths), file=sys.stderr)
-        return EXIT_UNUSABLE
+            code="RA-F001", severity="error", message=message, fix=fix)]))
     if args.format == "json":
         print(json.dumps({"files": [r.to_dict() for r in reports], "summary": summary(reports)}, indent=2))
     elif args.format == "sarif":

@@ -100,7 +100,7 @@ def _content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             text = value.decode("latin-1").strip()
-            return int(text) if text.isdigit() else -1
+            return int(text) if text.isascii() and text.isdigit() else -1
     return None
 
 

@@ -14,7 +14,7 @@ import os
 from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.errors import UnknownModelError
 from recipe_index.hardware import get_hardware
-from recipe_index.models import REPO_ID, find_bundled_model, model_suggestions, resolve_model
+from recipe_index.models import REPO_ID, find_bundled_model, model_suggestions, resolve_hub_model
 
 ALLOW_HUB_ENV = "RECIPE_ADVISOR_ALLOW_HUB"
 
@@ -29,7 +29,7 @@ def lookup_model(name: str) -> ModelCard:
     if card is not None:
         return card
     if hub_allowed() and REPO_ID.match(name.strip()) and ".." not in name:
-        return resolve_model(name.strip())
+        return resolve_hub_model(name.strip())  # not resolve_model: an org/name may be a folder on the server
     raise UnknownModelError(
         name,
         model_suggestions(name),

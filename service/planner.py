@@ -115,8 +115,10 @@ def make_request(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, node
                         fix="use --engine bundled (API: engine bundled) on cpu, or a GPU type")
     node = hardware.gpus_per_node
     if nodes is not None and gpus > node:
+        total = gpus * nodes  # offered only where it is a request the next check accepts: whole nodes
+        whole = f", or the total ({total}) without nodes" if total % node == 0 else ""
         raise PlanError(f"gpus is GPUs per node when nodes is given: {gpus} > the {node} of one {hardware.name} node",
-                        field="gpus", fix=f"pass gpus <= {node} with nodes, or the total ({gpus * nodes}) without nodes")
+                        field="gpus", fix=f"pass gpus <= {node} with nodes{whole}")
     if nodes is None and gpus > node and gpus % node:
         raise PlanError(f"{gpus} {hardware.name} GPUs do not fill whole nodes of {node}", field="gpus",
                         fix=f"pass a multiple of {node} ({gpus // node * node} or {(gpus // node + 1) * node}), "

@@ -287,10 +287,9 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
     text = _dump(config, recipe, notes)
     notes += result.notes  # about the estimates, not the config's header
     report = validate_text(text, config_path)
-    # Index metadata is not training: the change list covers what the trainer reads, and the labels
-    # service.changes counts as convergence (the Bridge recipe, the FP8 recipe), as `diff` lists them.
-    changes = [c for c in diff(base, config)
-               if not c.key.startswith("metadata.") or c.layer == "convergence"] if base else []
+    # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
+    # convergence (the Bridge recipe, the FP8 recipe).
+    changes = diff(base, config) if base else []
     commands: dict[str, str] = {}
     # With errors the callers refuse the config; commands would read values of the wrong type (an override
     # `decay_steps: abc` is RA-C002, not arithmetic; audit s10b #3).

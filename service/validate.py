@@ -323,20 +323,24 @@ def validate_file(path: str, **kwargs) -> FileReport:
             fix="check the path and permissions")])
 
 
-def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(YAML files to check, paths that do not exist). Folders recurse and keep only *.yaml/*.yml (any case)."""
-    files, missing = [], []
+def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """(YAML files to check, paths that do not exist, folders that hold no YAML file). Folders recurse and keep
+    only *.yaml/*.yml (any case)."""
+    files, missing, empty = [], [], []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
+            found = len(files)
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 files.extend(str(Path(root) / n) for n in sorted(names) if n.lower().endswith(YAML_SUFFIXES))
+            if len(files) == found:
+                empty.append(raw)
         elif path.exists():
             files.append(str(path))
         else:
             missing.append(raw)
-    return files, missing
+    return files, missing, empty
 
 
 def check_hardware_argument(gpu_type: Optional[str]) -> None:

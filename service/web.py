@@ -76,7 +76,7 @@ def _int_or_none(raw: Any, name: str, problems: list[Problem], low: int = 1, hig
     if raw is None or str(raw).strip() == "":
         return None
     text = str(raw).strip()
-    if not text.isdigit() or not low <= int(text) <= high:
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:  # isdigit alone: '²' too
         problems.append(Problem(f"must be a whole number from {low} to {high} (got {text[:40]!r})", name))
         return None
     return int(text)
