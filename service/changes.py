@@ -364,9 +364,13 @@ def _canonical_dtype(value: Any) -> Any:
     return DTYPES.get(name, name)
 
 
+def _module_set(value: Any) -> Any:
+    return sorted(set(value)) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
+
+
 # Keys with several spellings of one value, as the trainer reads them: `torch.bfloat16`, `bfloat16`
-# and `bf16` are one model.dtype (trainer.model_settings.DTYPES).
-_CANONICAL = {"model.dtype": _canonical_dtype}
+# and `bf16` are one model.dtype (trainer.model_settings.DTYPES); LoRA's target modules are matched as a set.
+_CANONICAL = {"model.dtype": _canonical_dtype, "peft.target_modules": _module_set}
 
 
 def _effective(flat: dict[str, Any], key: str) -> Any:
@@ -397,11 +401,9 @@ def effective(config: dict, key: str) -> Any:
 def same_value(a: Any, b: Any) -> bool:
     """``a == b``, except that NaN equals NaN (also inside lists and mappings): a config that writes
     ``.nan`` twice says the same thing twice; a list equals a tuple of the same items (YAML's ``[0.9, 0.999]``
-    and the ``(0.9, 0.999)`` default of an optimizer's signature); ``true`` is not ``1``."""
+    and the ``(0.9, 0.999)`` default of an optimizer's signature)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
-    if isinstance(a, bool) != isinstance(b, bool) and a not in (None, MISSING) and b not in (None, MISSING):
-        return False
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -411,7 +413,8 @@ def same_value(a: Any, b: Any) -> bool:
 
 def _strict_int(key: str) -> bool:
     """Whether the schema reads ``key`` as a strict integer (``tp_size``, ``global_batch_size``), which
-    refuses ``2.0``: there ``2`` -> ``2.0`` is a change, where a float setting (``weight_decay: 0``) is not."""
+    refuses ``2.0`` and ``true``: there ``2`` -> ``2.0`` is a change, where a float setting (``weight_decay: 0``)
+    or a bool one (``shuffle: 1``, which the schema reads as true) is not."""
     section, _, name = key.partition(".")
     model = section_type(section) if section in RecipeConfig.model_fields and name else None
     field = next((f for n, f in model.model_fields.items() if name in (n, f.alias)), None) if model else None
@@ -421,7 +424,8 @@ def _strict_int(key: str) -> bool:
 def _same_setting(key: str, a: Any, b: Any) -> bool:
     if not same_value(a, b):
         return False
-    return not (isinstance(a, float) != isinstance(b, float) and _strict_int(key))
+    typed = isinstance(a, float) != isinstance(b, float) or isinstance(a, bool) != isinstance(b, bool)
+    return not (typed and _strict_int(key))
 
 
 def _reshaped_sections(left: dict[str, Any], right: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -470,7 +474,8 @@ def diff(base: dict, new: dict) -> list[Change]:
             continue
         if key in reshaped:
             old, new_value = get_dotted(base, key), get_dotted(new, key)
-            changes.append(Change(key, old, new_value, *classify(key, old, new_value, global_batch_changed=gbs_changed)))
+            layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
+            changes.append(Change(key, old, new_value, layer, reason))
             continue
         if key.startswith("metadata.") and key not in _CONVERGENCE_METADATA:
             continue  # index metadata (name, source, description): the trainer does not read it

@@ -85,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
         print("error: -o -: --format json writes its JSON to stdout, where -o - writes the config YAML; use one "
               "(the JSON holds the YAML as config_yaml, or give -o FILE)", file=sys.stderr)
         return EXIT_UNUSABLE
+    if args.output is not None and not args.output.strip():
+        print("error: -o: an empty file name (an unset variable in -o \"$OUT\"?); name a file, or - for stdout",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
     config_path = DEFAULT_CONFIG if to_stdout or not args.output else args.output
     try:
         check_flag_limits(gpus=args.gpus, nodes=args.nodes, seq_length=args.seq_length,

@@ -156,7 +156,7 @@ def run(args) -> int:
     # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied
     # folder must fail where it can be seen, and a JSON reader still gets a document.
     for path, message, fix in ([(p, "no such file or folder", "check the path") for p in missing]
-                               + [(p, "no .yaml/.yml file in this folder or below it",
+                               + [(p, "no .yaml/.yml file in this folder or below it (hidden folders are skipped)",
                                    "check the path, or name the config files themselves") for p in empty]):
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
             code="RA-F001", severity="error", message=message, fix=fix)]))

@@ -26,7 +26,7 @@ from recipe_index import get_hardware, resolve_model
 from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
-from service.changes import Change, diff
+from service.changes import Change, diff, json_safe
 from service.facts import Finding
 from service.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.launch_commands import render_commands
@@ -85,7 +85,7 @@ class Recommendation:
                 "name": self.recipe.name, "kind": self.recipe.kind, "megatron_recipe": self.recipe.megatron_recipe},
             "notes": self.notes,
             "layout": self.best.to_dict(),
-            "config": self.config,
+            "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
             "changes": [c.to_dict() for c in self.changes],
             "findings": [f.to_dict() for f in self.findings],

@@ -20,7 +20,8 @@ from recipe_index.recipes import RecipeEntry
 from service.changes import diff, effective
 from service.launch_commands import DATASET_PRESET
 from service.planner import PlannedLayout
-from service.rules.layout import explicit_layouts
+from service.rules.layout import PIPELINE_LAYOUT_TABLES, PIPELINE_SPLIT_KEYS, explicit_layouts, split_problem
+from service.rules.sizes import megatron_split_settings
 from service.search_space import needs_explicit_layout
 from service.request_overrides import COUNT_KEYS, REQUEST_KEYS
 from service.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
@@ -63,6 +64,23 @@ def base_config(recipe: Optional[RecipeEntry]) -> dict:
     return load_yaml(text, str(recipe.path)).data
 
 
+def _place_layers(config: dict, card: ModelCard, lay, explicit: bool) -> None:
+    """Megatron's settings for the pipeline split the estimates assumed (RA-L011): where the decoder layers
+    do not divide over PP x VP and no layout string places them (the recipe's builder for a pair of its table,
+    or ``pipeline_layout: explicit``), the accounting or edge-stage sizes ``stage_split`` sized the stages by.
+    The base recipe's own split stays where it still places this layout; one it no longer fits, or one beside a
+    layout string (Megatron refuses both), goes."""
+    model, layers, pp, vp = config.setdefault("model", {}), card.num_hidden_layers, lay.pp, lay.vp_or_1
+    written = {key: model[key] for key in PIPELINE_SPLIT_KEYS if key in model}
+    by_string = explicit or (pp, vp) in PIPELINE_LAYOUT_TABLES.get(card.id, ())
+    if written and pp > 1 and not by_string and split_problem(layers, pp, vp, written) is None:
+        return
+    for key in written:
+        del model[key]
+    if pp > 1 and not by_string and layers % (pp * vp):
+        model.update(megatron_split_settings(layers, pp, vp) or {})
+
+
 def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None:
     lay, req = row.layout, request
     dist = {"strategy": row.strategy, "tp_size": lay.tp, "pp_size": lay.pp, "vp_size": lay.vp, "cp_size": lay.cp,
@@ -74,6 +92,7 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
         dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
         dist["use_distributed_optimizer"] = row.sharding in ("optimizer", "full")
         dist["use_megatron_fsdp"] = True if row.sharding == "full" else None
+        _place_layers(config, req.model, lay, explicit)
     else:
         dist["use_distributed_optimizer"] = dist["use_megatron_fsdp"] = None
     defaults = {"pp_size": 1, "vp_size": None, "cp_size": 1, "ep_size": 1, "etp_size": None,

@@ -324,8 +324,8 @@ def validate_file(path: str, **kwargs) -> FileReport:
 
 
 def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
-    """(YAML files to check, paths that do not exist, folders that hold no YAML file). Folders recurse and keep
-    only *.yaml/*.yml (any case)."""
+    """(YAML files to check, each once however often it is named, paths that do not exist, folders that hold no
+    YAML file). Folders recurse and keep only *.yaml/*.yml (any case), skipping hidden folders (``.git``)."""
     files, missing, empty = [], [], []
     for raw in paths:
         path = Path(raw)
@@ -340,7 +340,10 @@ def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], list[str]]
             files.append(str(path))
         else:
             missing.append(raw)
-    return files, missing, empty
+    once = {}  # `validate a.yaml ./a.yaml recipes/` names some files twice: one report each, as stdin is read once
+    for name in files:
+        once.setdefault(os.path.realpath(name), name)
+    return list(once.values()), missing, empty
 
 
 def check_hardware_argument(gpu_type: Optional[str]) -> None:

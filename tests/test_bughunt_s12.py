@@ -20,6 +20,7 @@ from service.cli import main
 from tests.test_index_models import _cache_repo, offline_hub  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
+BUNDLED_SFT = (REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_sft.yaml").read_text()
 SMALL_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 2048}
@@ -109,6 +110,14 @@ def test_recommend_writes_through_a_symlink_and_into_a_device(tmp_path):
     assert Path(os.devnull).is_char_device()
 
 
+def test_recommend_keeps_the_permissions_of_the_file_it_replaces(tmp_path):
+    out = tmp_path / "private.yaml"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    assert _recommend_to(out).returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o600 and "pretrained_model_name_or_path" in out.read_text()
+
+
 # ---- H1, H7, H9, H12: diff ----------------------------------------------------------------------------------------
 
 def test_adamw_default_betas_written_out_is_no_change():
@@ -124,7 +133,9 @@ def test_a_bool_or_a_float_for_a_strict_integer_is_a_change_but_not_for_a_float_
     new = {"distributed": {"tp_size": True}, "step_scheduler": {"global_batch_size": 32.0},
            "optimizer": {"_target_": "torch.optim.AdamW", "weight_decay": 0.0}}
     assert {c.key for c in diff(base, new)} == {"distributed.tp_size", "step_scheduler.global_batch_size"}
-    assert diff({"model": {"load_weights": True}}, {"model": {"load_weights": 1}}) != []
+    # a bool setting reads 1 as true (review R1): no change there
+    assert diff({"dataloader": {"shuffle": 1}, "checkpoint": {"enabled": 1}},
+                {"dataloader": {"shuffle": True}, "checkpoint": {"enabled": True}}) == []
 
 
 def test_a_section_replaced_by_a_value_is_one_change_shown_whole():
@@ -181,3 +192,148 @@ def test_recipe_negotiation_honours_q_values_and_varies_on_accept(client, accept
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/yaml" if yaml else "application/json")
     assert response.headers["vary"] == "Accept"
+
+
+# ---- H3: the config carries the uneven pipeline split the estimates assumed -------------------------------------
+
+@pytest.mark.parametrize("model, gpus, split", [
+    ("llama3-8b", 3, {"account_for_embedding_in_pipeline_split": True}),
+    ("olmoe-7b", 6, {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True})])
+def test_a_recommended_uneven_pipeline_carries_its_split(client, model, gpus, split):
+    answer = client.post("/v1/recommend", json={"model": model, "gpus": gpus, "gpu_type": "h100",
+                                                "goal": "pretrain"}).json()
+    import yaml
+
+    config = yaml.safe_load(answer["config_yaml"])
+    layers = find_bundled_model(model).num_hidden_layers
+    dist = config["distributed"]
+    assert layers % (dist["pp_size"] * (dist.get("vp_size") or 1)), "the case needs an uneven split"
+    assert {k: v for k, v in config["model"].items() if "pipeline" in k} == split
+    assert "RA-L011" not in [f["code"] for f in answer["findings"]]
+
+
+def test_a_layout_string_takes_no_split_settings_and_a_stale_split_goes():
+    from service.recommend_config import _place_layers
+    from service.facts import Layout
+
+    card = find_bundled_model("deepseek-v3")
+    config = {"model": {"account_for_loss_in_pipeline_split": True}}
+    _place_layers(config, card, Layout(tp=1, pp=7, vp=7, cp=1, ep=8, etp=1), explicit=True)
+    assert config["model"] == {}
+    llama = find_bundled_model("llama3-8b")  # 32 layers: the written split no longer places PP 4
+    config = {"model": {"num_layers_in_first_pipeline_stage": 5, "num_layers_in_last_pipeline_stage": 6}}
+    _place_layers(config, llama, Layout(tp=1, pp=4, vp=None, cp=1, ep=1, etp=1), explicit=False)
+    assert config["model"] == {}
+    config = {"model": {"num_layers_in_first_pipeline_stage": 10, "num_layers_in_last_pipeline_stage": 10}}
+    _place_layers(config, llama, Layout(tp=1, pp=3, vp=None, cp=1, ep=1, etp=1), explicit=False)
+    assert config["model"] == {"num_layers_in_first_pipeline_stage": 10, "num_layers_in_last_pipeline_stage": 10}
+
+
+# ---- H14: recommend's JSON holds .nan as "nan", as diff's does ------------------------------------------------
+
+def test_recommend_json_holds_a_nan_override_as_a_string(client, capsys):
+    def refuse(constant):
+        raise ValueError(constant)
+
+    args = ["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "--goal", "pretrain",
+            "--model.moe_aux_loss_coeff", ".nan", "--format", "json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert data["config"]["model"]["moe_aux_loss_coeff"] == "nan"
+    answer = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100",
+                                                "overrides": {"model.moe_aux_loss_coeff": ".nan"}}).json()
+    assert answer["config"]["model"]["moe_aux_loss_coeff"] == "nan"
+
+
+# ---- H15, H16, R2: values the two readers took differently, or YAML 1.1 guesses ------------------------------
+
+def _trainer_reads(tmp_path, text: str):
+    from trainer.launch import load_config
+    from trainer.overrides import ConfigError
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    try:
+        return load_config(str(path), [])[1]
+    except ConfigError as err:
+        return err
+
+
+
+def test_an_empty_checkpoint_folder_is_refused_naming_the_key(tmp_path):
+    from service.validate import validate_text
+
+    text = BUNDLED_SFT.replace("checkpoint_dir: checkpoints/tiny_llama_sft", 'checkpoint_dir: ""')
+    assert text != BUNDLED_SFT
+    [finding] = [f for f in validate_text(text, "c.yaml").findings if f.severity == "error"]
+    assert (finding.code, finding.key) == ("RA-C002", "checkpoint.checkpoint_dir")
+    assert "working folder" in str(_trainer_reads(tmp_path, text))
+
+
+def test_a_date_like_value_is_text_to_validate_and_to_the_trainer(tmp_path):
+    from service.validate import validate_text
+
+    text = BUNDLED_SFT.replace("checkpoint_dir: checkpoints/tiny_llama_sft", "checkpoint_dir: 2024-01-01")
+    assert not [f for f in validate_text(text, "c.yaml").findings if f.severity == "error"]
+    assert _trainer_reads(tmp_path, text).checkpoint.checkpoint_dir == "2024-01-01"
+
+
+@pytest.mark.parametrize("written, value", [("064", 52), ("1:30", 90), ("0_100", 64)])
+def test_yaml11_octal_and_base60_integers_are_refused_not_guessed(tmp_path, written, value):
+    from service.validate import validate_text
+
+    from service.yamlio import YamlError
+
+    text = BUNDLED_SFT.replace("global_batch_size: 8", f"global_batch_size: {written}")
+    assert text != BUNDLED_SFT
+    with pytest.raises(YamlError, match=f"is {written!r}, which YAML 1.1 reads as .*: {value}") as refused:
+        validate_text(text, "c.yaml")
+    assert refused.value.line == 19 and str(value) in refused.value.fix
+    assert "YAML 1.1" in str(_trainer_reads(tmp_path, text))
+    for fine in ("0", "100", "0x40", "'064'"):
+        validate_text(text.replace(f"global_batch_size: {written}", f"global_batch_size: {fine}"), "c.yaml")
+
+
+def test_an_octal_looking_override_is_refused_like_the_file(client):
+    answer = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100",
+                                                "overrides": {"step_scheduler.global_batch_size": "0100"}})
+    assert answer.status_code == 400 and "octal" in answer.text
+
+
+# ---- minor items (M1, M3, M9, M13, M22) -------------------------------------------------------------------------
+
+def test_lora_target_modules_in_another_order_are_no_change():
+    base = {"peft": {"target_modules": ["q_proj", "v_proj"]}}
+    assert diff(base, {"peft": {"target_modules": ["v_proj", "q_proj"]}}) == []
+    assert [c.key for c in diff(base, {"peft": {"target_modules": ["q_proj", "k_proj"]}})] == ["peft.target_modules"]
+
+
+def test_an_empty_output_name_is_refused(capsys):
+    args = ["recommend", "--model", "tiny-llama", "--gpus", "1", "--gpu-type", "cpu", "--engine", "bundled", "-o", ""]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "empty file name" in captured.err and captured.out == ""
+
+
+def test_a_file_named_twice_is_validated_once(tmp_path, capsys, monkeypatch):
+    (tmp_path / "a.yaml").write_text(BUNDLED_SFT)
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "a.yaml", "./a.yaml", str(tmp_path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["files"] == 1
+
+
+@pytest.mark.parametrize("name, says", [("-", "train reads its config from a file"), (".", "a folder, not a config")])
+def test_train_names_why_a_path_is_no_config(name, says):
+    from trainer.overrides import ConfigError, load_yaml_file
+
+    with pytest.raises(ConfigError, match=says):
+        load_yaml_file(name)
+
+
+def test_tp_over_pcie_inside_an_l40s_node_is_not_called_inter_node():
+    from service.validate import validate_text
+
+    text = ("model:\n  pretrained_model_name_or_path: llama3-8b\ndistributed:\n  strategy: megatron\n  tp_size: 8\n"
+            "hardware:\n  gpu_type: l40s\n  gpus_per_node: 8\n")
+    [finding] = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-L015"]
+    assert "PCIe inside the node" in finding.message and "inter-node" not in finding.message

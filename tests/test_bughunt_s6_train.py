@@ -380,3 +380,34 @@ def test_a_lost_peer_is_told_from_a_failure_of_the_rank_itself(error, reason):
     from trainer.dist import lost_peer
 
     assert lost_peer(error) == reason
+
+
+def test_a_retention_cut_short_leaves_a_folder_the_next_run_deletes(tmp_path, monkeypatch):
+    """Flake hunt s12: a kill inside apply_retention's rmtree left an epoch_* folder without its marker, which
+    nothing ever deleted; it is now a .tmp_ folder first."""
+    import shutil
+
+    import trainer.checkpoint as ck
+
+    for step, when in ((2, 1.0), (4, 2.0), (6, 3.0)):
+        folder = tmp_path / f"epoch_0_step_{step}"
+        (folder / "model").mkdir(parents=True)
+        (folder / "model" / "weights.bin").write_bytes(b"x" * 64)
+        (folder / ck.COMPLETE_MARKER).write_text(json.dumps({"epoch": 0, "step": step, "time": when}))
+    real_rmtree, calls = shutil.rmtree, []
+
+    def killed_midway(path, ignore_errors=False):
+        calls.append(Path(path).name)
+        if Path(path).exists():
+            raise KeyboardInterrupt  # the kill lands in the delete of the retired folder
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(ck.shutil, "rmtree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        ck.CheckpointDir(tmp_path, keep_last=1).apply_retention(keep=tmp_path / "epoch_0_step_6")
+    monkeypatch.setattr(ck.shutil, "rmtree", real_rmtree)
+    assert calls == [".tmp_retired_epoch_0_step_2", ".tmp_retired_epoch_0_step_2"]
+    assert [p.name for p in list_complete(tmp_path)] == ["epoch_0_step_4", "epoch_0_step_6"]
+    assert not (tmp_path / "epoch_0_step_2").exists()
+    assert [p.name for p in ck.CheckpointDir(tmp_path).remove_stale_staging()] == [".tmp_retired_epoch_0_step_2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_0_step_4", "epoch_0_step_6"]

@@ -22,10 +22,11 @@ torch.distributed.checkpoint, so no rank ever holds the full optimizer state; DC
 also reshards, so a run may resume on a different data-parallel size.
 
 Publication: everything is written into ``.tmp_epoch_<E>_step_<S>/``; after a barrier
-rank 0 fsyncs every file, writes ``.complete``, renames the folder to its final name
-(atomic on POSIX), fsyncs the parent, then replaces ``LATEST`` the same way. A run
-killed at any point leaves either a complete checkpoint or a ``.tmp_`` folder that
-discovery ignores and the next run deletes.
+rank 0 fsyncs every file, writes ``.complete``, replaces ``LATEST`` (written to a staging
+file and renamed), then renames the folder to its final name (atomic on POSIX) and fsyncs
+the parent. A run killed at any point leaves either a complete checkpoint or a ``.tmp_``
+folder that discovery ignores and the next run deletes (``LATEST`` may then name the
+folder that was never renamed: discovery falls back to the newest complete one).
 """
 
 from __future__ import annotations
@@ -424,6 +425,8 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        if path.is_file():  # the file keeps its permissions (a config kept 0600 stays private)
+            os.chmod(fd, path.stat().st_mode & 0o7777)
         with open(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -472,10 +475,7 @@ class CheckpointDir:
         if final.exists():
             # Re-saving a step (a run restarted from an older checkpoint): retire the old copy first, so that
             # LATEST never names the abandoned run's copy.
-            retired = self.root / f"{TMP_PREFIX}retired_{final.name}"
-            (final / COMPLETE_MARKER).unlink(missing_ok=True)
-            final.rename(retired)
-            shutil.rmtree(retired, ignore_errors=True)
+            self._retire(final)
         write_atomic(self.root / LATEST_FILE, final.name + "\n")
         tmp.rename(final)
         _fsync_path(self.root)
@@ -484,14 +484,22 @@ class CheckpointDir:
 
     def apply_retention(self, keep: Optional[Path] = None) -> list[Path]:
         """Keep the ``keep_last`` complete checkpoints published last (``list_published``), ``keep`` (the
-        one just saved) among them whatever the clocks say; the marker goes first so a half-deleted
-        folder is never mistaken for a checkpoint."""
+        one just saved) among them whatever the clocks say (:meth:`_retire` deletes the others)."""
         if not self.keep_last:
             return []
         complete = [p for p in list_published(self.root) if p != keep]
         complete += [keep] if keep is not None and is_complete(keep) else []
         doomed = complete[: max(len(complete) - self.keep_last, 0)]
         for path in doomed:
-            (path / COMPLETE_MARKER).unlink(missing_ok=True)
-            shutil.rmtree(path, ignore_errors=True)
+            self._retire(path)
         return doomed
+
+    def _retire(self, path: Path) -> None:
+        """Delete a checkpoint so that no kill midway leaves a folder nothing cleans: the marker goes first
+        (a half-deleted folder is never taken for a checkpoint), then the folder becomes a ``.tmp_`` one,
+        which the next run's ``remove_stale_staging`` deletes should this ``rmtree`` be cut short."""
+        retired = self.root / f"{TMP_PREFIX}retired_{path.name}"
+        (path / COMPLETE_MARKER).unlink(missing_ok=True)
+        shutil.rmtree(retired, ignore_errors=True)
+        path.rename(retired)
+        shutil.rmtree(retired, ignore_errors=True)

@@ -16,8 +16,8 @@ import re
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidatorFunctionWrapHandler,
-                      WithJsonSchema, WrapValidator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from trainer.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS
@@ -259,9 +259,16 @@ class PeftSection(_Plain):
     merge_on_save: bool = False
 
 
+def _a_folder(value: str) -> str:
+    if not value.strip():  # Path("") is the working folder: a run would save, resume and prune there
+        raise PydanticCustomError("empty_folder", "an empty folder name (an unset $VARIABLE?) would put checkpoints "
+                                                  "in the working folder; name a folder, such as checkpoints")
+    return value
+
+
 class CheckpointSection(_Plain):
     enabled: bool = True
-    checkpoint_dir: str = "checkpoints"
+    checkpoint_dir: Annotated[str, AfterValidator(_a_folder)] = "checkpoints"
     keep_last: Optional[int] = Field(strict=True, default=None, ge=1)
     save_consolidated: bool = True
     allow_config_change: bool = Field(

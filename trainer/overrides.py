@@ -22,6 +22,7 @@ import yaml
 from trainer.dotted import NotASection, with_dotted
 from trainer.yaml_limits import (
     MAX_BYTES,
+    TIMESTAMP_TAG,
     YamlError,
     check_plain_data,
     compose_within_limits,
@@ -54,6 +55,9 @@ class _TrainerLoader(yaml.SafeLoader):
 _TrainerLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(BARE_FLOAT.pattern), list("-+0123456789.")
 )
+# A date stays the text written, as the service's reader keeps it: `checkpoint_dir: 2024-01-01` is a folder
+# name to `validate` and to `train` alike (yaml would build a datetime.date, which no string setting takes).
+_TrainerLoader.add_constructor(TIMESTAMP_TAG, lambda loader, node: node.value)
 
 
 NULL_WORDS = ("null", "~", "none")  # `--key none` sets null (an optional key unset), as in NeMo AutoModel
@@ -94,7 +98,11 @@ def load_yaml_file(path: str | Path) -> dict:
     alias expansion and plain data only. A clear ConfigError for anything that is not a YAML mapping."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found; pass the path of a YAML config")
+        if str(path) == "-":  # validate and diff read stdin; every worker of a run reads the file itself
+            raise ConfigError("-: train reads its config from a file (each worker reads it); save it first "
+                              "(e.g. recipe-advisor recommend ... -o config.yaml)")
+        what = "a folder, not a config file; name the YAML file in it" if path.is_dir() else "config file not found"
+        raise ConfigError(f"{path}: {what}; pass the path of a YAML config")
     with open(path, "rb") as fh:
         raw = fh.read(MAX_BYTES + 1)
     try:

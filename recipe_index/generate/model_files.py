@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from recipe_index.generate import load_reference
-from recipe_index.generate.model_overrides import OVERRIDES, TINY_MODELS
+from recipe_index.generate.model_overrides import OVERRIDES, RENAMED_HUB_IDS, TINY_MODELS
 
 # Reference field -> HF config.json key (the MoE/hybrid keys depend on the family, below).
 _PLAIN_KEYS = {
@@ -115,7 +115,8 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
 
     hf_id = ref.get("hf_model_id")
     bundled_id = _bundled_id(model_key, override, megatron_keys)
-    aliases = [a for a in (hf_id, hf_id.split("/")[-1] if hf_id else None, *megatron_keys) if a]
+    hub_ids = [i for i in (hf_id, RENAMED_HUB_IDS.get(hf_id or "")) if i]
+    aliases = [*hub_ids, *(i.split("/")[-1] for i in hub_ids), *megatron_keys]
     total, active = override.get("published", (ref.get("total_params"), ref.get("active_params")))
     pattern = cfg.get("hybrid_override_pattern")
     if pattern is not None and len(pattern) != cfg["num_hidden_layers"]:

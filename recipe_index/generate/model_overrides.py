@@ -288,3 +288,8 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
         "architectures": ["Qwen3MoeForCausalLM"],
     },
 }
+
+# Hub repos renamed after the reference recorded them: the current id finds the card too (model pages and
+# `huggingface-cli download` use it).
+RENAMED_HUB_IDS = {f"meta-llama/Meta-Llama-3.1-{size}": f"meta-llama/Llama-3.1-{size}"
+                   for size in ("8B", "70B", "405B")}

@@ -163,7 +163,7 @@ PIPELINE_SPLIT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_l
                        "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
 
 
-def _split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
+def split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
     """Why Megatron's split settings in ``split`` do not place ``layers`` on PP x VP, or None when they do.
     Megatron-Core's TransformerConfig: first/last stage sizes are whole numbers above 0, not combined with
     the embedding/loss accounting; every rank's layers divide by VP; the middle stages are even (counting
@@ -211,7 +211,7 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
     if placed:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
         return None
     if f.extra.get("pipeline_split"):
-        problem = _split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
+        problem = split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
         return None if problem is None else Violation(
             f"the model config's pipeline split does not place {layers} decoder layers on PP={lay.pp} x VP="
             f"{lay.vp_or_1}: {problem}",
@@ -275,8 +275,11 @@ def tp_within_nvlink(f: Facts) -> Optional[Violation]:
     if domain is None or f.layout.tp <= domain or f.hardware.arch == "cpu":  # CPU ranks share memory, no NVLink
         return None
     across = "FSDP2/DDP data parallel" if bundled(f) else "PP/CP/DP"
+    node = f.gpus_per_node or f.hardware.gpus_per_node
+    # L40S: no NVLink (a domain of 1), so TP inside its node runs over PCIe, not over the network
+    link = "PCIe inside the node" if f.layout.tp <= node else "the slower inter-node network"
     return Violation(f"tp_size={f.layout.tp} spans more than one NVLink domain ({domain} GPUs on "
-                     f"{f.hardware.name}); TP all-reduces would cross the slower inter-node network",
+                     f"{f.hardware.name}); TP all-reduces would cross {link}",
                      f"keep distributed.tp_size <= {domain} and use {across} across nodes")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from math import isqrt
-from typing import Optional
+from typing import Optional, Union
 
 from service.facts import Facts
 from trainer.capabilities import CAPABILITIES, supports_precision
@@ -29,25 +29,32 @@ def divisors(n: int) -> list[int]:
 
 @lru_cache(maxsize=4096)
 def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
-    """How Megatron can place ``layers`` on PP ranks x VP chunks when they don't divide evenly.
+    """:func:`megatron_split_settings` as RA-L011's fix writes them (``a=true and b=true``), or None."""
+    settings = megatron_split_settings(layers, pp, vp)
+    if settings is None:
+        return None
+    return " and ".join(f"{key}={str(value).lower()}" for key, value in settings.items())
+
+
+def megatron_split_settings(layers: int, pp: int, vp: int) -> Optional[dict[str, Union[bool, int]]]:
+    """The Megatron model settings that place ``layers`` on PP ranks x VP chunks when they don't divide evenly,
+    and that ``stage_split`` sizes the stages by.
 
     Megatron-Core accepts (mbridge_rules.md 3b) either counting the embedding
     and/or the loss as pipeline layers, or uneven first/last stages with the
-    middle stages even; per-rank counts must divide by VP. Returns the
-    settings to use, or None when no split exists.
+    middle stages even; per-rank counts must divide by VP. None when no split exists.
     """
     accounted = _accounted_split(layers, pp, vp)
     if accounted is not None:
-        flags = [name for name, on in zip(("account_for_embedding_in_pipeline_split",
-                                           "account_for_loss_in_pipeline_split"), accounted) if on]
-        return " and ".join(f"{flag}=true" for flag in flags)
+        return {name: True for name, on in zip(("account_for_embedding_in_pipeline_split",
+                                                 "account_for_loss_in_pipeline_split"), accounted) if on}
     if pp < 2:
         return None
     best = _balanced_edges(layers, pp, vp)
     if best is None:
         return None
     first, last = best
-    return f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
+    return {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}
 
 
 def _accounted_split(layers: int, pp: int, vp: int) -> Optional[tuple[int, int]]:
