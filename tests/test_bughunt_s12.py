@@ -259,7 +259,6 @@ def _trainer_reads(tmp_path, text: str):
         return err
 
 
-
 def test_an_empty_checkpoint_folder_is_refused_naming_the_key(tmp_path):
     from service.validate import validate_text
 
