@@ -16,7 +16,7 @@ from typing import Any, Optional, get_args
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from pydantic import ValidationError
@@ -266,8 +266,10 @@ def _form_wording(text: str) -> str:
     return _OPTION_WORDING.sub(field, text)
 
 
-async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HTMLResponse], str, str]:
-    """(answer, error page, query string, file name) for the form's query parameters."""
+async def _recommendation(request: Request, download: bool = False) -> tuple[Optional[dict], Optional[Response], str,
+                                                                          str]:
+    """(answer, error page, query string, file name) for the form's query parameters. A download by a client
+    that does not take HTML (``curl -o config.yaml``) gets the problems as text, not a page to save as its config."""
     form = form_defaults(request.query_params)
     query = urlencode({k: v for k, v in form.items() if v})
     problems = _query_problems(request.query_params)
@@ -288,6 +290,9 @@ async def _recommendation(request: Request) -> tuple[Optional[dict], Optional[HT
             if status == 200:
                 return data, None, query, filename
             problems = [Problem(_form_wording(data["detail"]), data.get("field"), data.get("suggestions") or [])]
+    if download and "text/html" not in request.headers.get("accept", ""):
+        lines = [f"error: {p.field + ': ' if p.field else ''}{p.message}" for p in problems]
+        return None, PlainTextResponse("\n".join(lines) + "\n", status_code=status), query, ""
     page = render(request, "index.html", {**_form_context(form), "problems": problems}, status_code=status)
     return None, page, query, ""
 
@@ -302,7 +307,7 @@ async def recommend_page(request: Request) -> HTMLResponse:
 
 @router.get("/recommend.yaml")
 async def recommend_download(request: Request) -> Response:
-    data, error_page, _, filename = await _recommendation(request)
+    data, error_page, _, filename = await _recommendation(request, download=True)
     if error_page is not None:
         return error_page
     return Response(

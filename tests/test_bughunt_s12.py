@@ -336,3 +336,27 @@ def test_tp_over_pcie_inside_an_l40s_node_is_not_called_inter_node():
             "hardware:\n  gpu_type: l40s\n  gpus_per_node: 8\n")
     [finding] = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-L015"]
     assert "PCIe inside the node" in finding.message and "inter-node" not in finding.message
+
+
+@pytest.mark.parametrize("path, checked", [
+    ("recipes/llama.yaml", True), ("team/configs/sft/a.yml", True), ("recipe/x.yaml", True),
+    (".github/workflows/ci.yml", False), (".pre-commit-config.yaml", False), ("docker-compose.yml", False),
+    ("recipes/README.md", False), ("configs/.github/x.yaml", False)])
+def test_the_pre_commit_hook_checks_recipe_folders_only(path, checked):
+    """Bug hunt s12 M18: the hook matched every YAML, failing any commit that touched a workflow."""
+    import re
+
+    import yaml
+
+    [hook] = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert bool(re.search(hook["files"], path) and not re.search(hook["exclude"], path)) is checked
+
+
+def test_a_failed_download_is_text_for_curl_and_a_page_for_a_browser(client):
+    """Bug hunt s12 M4: `curl -s -o config.yaml .../recommend.yaml?...` saved the HTML form page as the config."""
+    url = "/recommend.yaml?model=llama3-8b&gpu_type=h100&gpus=9&goal=pretrain"
+    answer = client.get(url, headers={"accept": "*/*"})
+    assert answer.status_code == 400 and answer.headers["content-type"].startswith("text/plain")
+    assert answer.text.startswith("error: gpus") and "<" not in answer.text
+    page = client.get(url, headers={"accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.status_code == 400 and page.headers["content-type"].startswith("text/html")
