@@ -360,3 +360,17 @@ def test_a_failed_download_is_text_for_curl_and_a_page_for_a_browser(client):
     assert answer.text.startswith("error: gpus") and "<" not in answer.text
     page = client.get(url, headers={"accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
     assert page.status_code == 400 and page.headers["content-type"].startswith("text/html")
+
+
+def test_a_memory_fix_that_cannot_close_the_gap_says_so():
+    """Bug hunt s12 M14: activation checkpointing was offered for a gap larger than all activations."""
+    from service.validate import validate_text
+
+    text = ("model:\n  pretrained_model_name_or_path: llama3-8b\ndataset:\n  _target_: trainer.data.MockDataset\n"
+            "  seq_length: 4096\ndistributed:\n  strategy: ddp\nhardware:\n  gpu_type: h100\n  gpus_per_node: 1\n")
+    [finding] = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-M002"]
+    assert "activation_checkpointing: selective (or full) (not enough alone: activations are" in finding.fix
+    small = text.replace("seq_length: 4096", "seq_length: 4096\nstep_scheduler:\n  local_batch_size: 16")
+    small = small.replace("llama3-8b", "llama32-1b").replace("strategy: ddp", "strategy: fsdp2")
+    fixes = [f.fix for f in validate_text(small, "c.yaml").findings if f.code == "RA-M002"]
+    assert fixes and "not enough alone" not in fixes[0].split(";")[0]  # here micro batch / recompute do close it

@@ -35,14 +35,18 @@ def sharding_of(facts: Facts) -> str:
 
 
 def _fix(facts: Facts, total: float, capacity: float, states_only: bool = False,
-         total_after: Optional[Callable[..., float]] = None) -> str:
+         total_after: Optional[Callable[..., float]] = None, activations: Optional[float] = None) -> str:
     """Only steps this engine runs and this world holds (service/rules/sizes.py): a fix that names
     pp_size to the bundled trainer, or an EP that no longer fits the expert mesh, is no fix.
     ``states_only``: the zero-token estimate alone is too big, so activation savers are no fix either,
     and ``total_after(sharding=..., **layout sizes)`` (that estimate after a step) keeps only the steps
     that close the gap, or failing that close at least a quarter of it: a TP under FSDP2 barely moves
-    state that is already sharded over every GPU, so naming it only trades one finding for the next."""
+    state that is already sharded over every GPU, so naming it only trades one finding for the next.
+    ``activations``: the estimate's activation memory; an activation saver cannot free more than that, so
+    where the gap is larger it is named as not enough alone."""
     steps = [] if states_only else _activation_steps(facts.layout)
+    if steps and activations is not None and total - capacity > activations:
+        steps = [f"{step} (not enough alone: activations are {activations:.1f} GiB)" for step in steps]
     ep, tp, pp = larger_ep(facts), larger_tp(facts), larger_pp(facts)
     candidates = [(step, grown(facts.layout, name, size)) for size, name, step in (
         (ep, "ep", f"raise distributed.ep_size to {ep} (expert weights shard over EP)"),
@@ -125,13 +129,15 @@ def memory_fits(f: Facts) -> Optional[Violation]:
     if total > capacity:
         if engine == "bundled":
             return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) exceeds the {capacity:g} GiB of "
-                             f"one {f.hardware.name}", _fix(f, total, capacity))
+                             f"one {f.hardware.name}", _fix(f, total, capacity, activations=estimate.activations))
         return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) exceeds the {capacity:g} GiB of one "
-                         f"{f.hardware.name}, {MEGATRON_SAVERS}", _fix(f, total, capacity), severity="warning")
+                         f"{f.hardware.name}, {MEGATRON_SAVERS}",
+                         _fix(f, total, capacity, activations=estimate.activations), severity="warning")
     if total > capacity * C.MEMORY_WARNING_FRACTION:
         return Violation(f"estimated {total:.1f} GiB per GPU ({breakdown}) is {total / capacity:.0%} of the "
                          f"{capacity:g} GiB of one {f.hardware.name}: little headroom for allocator spikes",
-                         _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION), severity="warning")
+                         _fix(f, total, capacity * C.MEMORY_WARNING_FRACTION, activations=estimate.activations),
+                         severity="warning")
     return None
 
 
