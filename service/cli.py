@@ -76,7 +76,10 @@ def _dispatch(argv: list[str]) -> int:
         # Everything after the config belongs to the trainer (overrides like --optimizer.lr 1e-4).
         from service import cli_train
 
-        return cli_train.run_argv(argv[1:])
+        try:
+            return cli_train.run_argv(argv[1:])
+        except KeyboardInterrupt:  # a Ctrl-C before torch.distributed.run takes SIGINT over: nothing started yet
+            return 130
     args, unknown = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

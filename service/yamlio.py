@@ -128,6 +128,8 @@ class _Builder:
         if node.tag not in PLAIN_TAGS:
             raise tag_error(node, self.path)
         if isinstance(node, ScalarNode):
+            if node.tag == MERGE_TAG:  # `<<` as a value (as a key, _mapping merges it)
+                raise tag_error(node, self.path)
             if node.tag == TIMESTAMP_TAG:
                 return node.value  # dates stay the text the author wrote
             if node.tag == STR_TAG and not node.style and BARE_FLOAT.match(node.value):

@@ -374,3 +374,21 @@ def test_a_memory_fix_that_cannot_close_the_gap_says_so():
     small = small.replace("llama3-8b", "llama32-1b").replace("strategy: ddp", "strategy: fsdp2")
     fixes = [f.fix for f in validate_text(small, "c.yaml").findings if f.code == "RA-M002"]
     assert fixes and "not enough alone" not in fixes[0].split(";")[0]  # here micro batch / recompute do close it
+
+
+@pytest.mark.parametrize("value", ["=", "<<"])
+def test_a_bare_yaml11_special_key_as_a_value_says_quote_it(tmp_path, value):
+    """Bug hunt s12 M20: `description: =` was refused as "YAML tag !!value is not allowed" (no tag was written)."""
+    from service.validate import validate_text
+    from service.yamlio import YamlError
+    from trainer.overrides import ConfigError, coerce_value
+
+    text = BUNDLED_SFT.replace("metadata:\n", f"metadata:\n  description: {value}\n", 1)
+    with pytest.raises(YamlError, match="YAML 1.1 reads as a special key") as refused:
+        validate_text(text, "c.yaml")
+    assert refused.value.fix == f"quote it ('{value}') if it is text"
+    assert "quote it" in str(_trainer_reads(tmp_path, text))
+    with pytest.raises(ConfigError, match="quote it"):
+        coerce_value(value)
+    merged = "base: &b {name: x}\nmetadata:\n  <<: *b\n  description: d\n"
+    assert (tmp_path / "m.yaml").write_text(merged) and _trainer_reads(tmp_path, merged) is not None

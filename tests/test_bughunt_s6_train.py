@@ -279,6 +279,33 @@ def test_a_sigint_while_a_finished_run_tears_down_is_quiet(tmp_path):
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
 
 
+def test_a_ctrl_c_while_train_checks_the_config_exits_130_quietly(tmp_path):
+    """Flake hunt s12 F3: `train` ran outside the CLI's KeyboardInterrupt handler."""
+    config = write_config(tmp_path)
+    code = ("import os, signal, sys\nimport service.cli_train as ct\nreal = ct.report_validation\n"
+            "def report_validation(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
+            "ct.report_validation = report_validation\nfrom service.cli import main\n"
+            "sys.exit(main(['train', sys.argv[1], '--nproc-per-node', '2']))")
+    result = subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_ctrl_c_while_a_worker_imports_exits_130_quietly(tmp_path):
+    """Flake hunt s12 F4: before main() installed its handler, a worker's imports ended in a traceback."""
+    config = write_config(tmp_path)
+    code = ("import os, runpy, signal, sys\n"
+            "import builtins\nreal_import = builtins.__import__\n"
+            "def importing(name, *a, **k):\n"
+            "    if name == 'trainer.launch':\n        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real_import(name, *a, **k)\n"
+            "builtins.__import__ = importing\n"
+            "sys.argv = ['trainer', sys.argv[1]]\nrunpy.run_module('trainer', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
 def test_workers_stopped_by_sigint_map_to_130_with_one_line(capsys):
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
@@ -307,9 +334,13 @@ def test_sigint_to_train_stops_quietly_and_leaves_whole_checkpoints(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # SIGTERM first: the launcher stops its workers (sessions of their own)
+            proc.terminate()
+            try:
+                proc.wait(45)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     assert proc.returncode == 130, err[-3000:]
     for noise in ("Traceback", "KeyboardInterrupt", "death signal", "training failed", "ChildFailedError"):
         assert noise not in err, err[-3000:]

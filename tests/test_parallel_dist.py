@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,17 +26,13 @@ BF16_REDUCE_TOLERANCE = 1e-4
 BF16_REDUCE_GRAD_TOLERANCE = 1e-3
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch(nproc: int, cases: list[str], out: Path, timeout: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-        "--master-port", str(free_port()), str(SCRIPT), "--out", str(out), *cases,
+        # --standalone: the launcher binds its own free port (a port found free and bound seconds later can be
+        # taken by the other xdist worker meanwhile)
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+        str(SCRIPT), "--out", str(out), *cases,
     ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

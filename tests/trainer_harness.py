@@ -63,13 +63,30 @@ def run_trainer(config: Path, *overrides: str, nproc: int = 2, env: Optional[dic
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
                "-m", "trainer", str(config), *overrides]
-    return subprocess.run(cmd, cwd=config.parent, env=_env(env), capture_output=True, text=True, timeout=timeout)
+    return _run(cmd, config.parent, _env(env), timeout)
 
 
 def run_launcher(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`recipe-advisor train CONFIG ARGS...` (the launcher: pre-flight, then torch.distributed.run)."""
     cmd = [sys.executable, "-m", "service.cli", "train", str(config), *args]
-    return subprocess.run(cmd, cwd=config.parent, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return _run(cmd, config.parent, _env(), timeout)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run, except that on a timeout the launcher gets SIGTERM first: torch.distributed.run passes it
+    on to its workers, each in a session of its own that a kill of the launcher never reaches; left running,
+    they would slow every later test on a 2-core machine into timeouts of its own."""
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=45)  # the launcher waits up to 30 s for its workers
+            finally:
+                proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def assert_clean_exit(result: subprocess.CompletedProcess) -> None:

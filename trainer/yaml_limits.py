@@ -185,6 +185,10 @@ def short_tag(tag: str) -> str:
 
 def tag_error(node: Node, path: str) -> YamlError:
     line, col = mark(node.start_mark)
+    if isinstance(node, ScalarNode) and not node.style and node.value in ("=", "<<"):
+        # YAML 1.1 resolves a bare `=` (!!value) and `<<` (!!merge) itself: the author wrote no tag
+        return YamlError(f"a bare {node.value!r}, which YAML 1.1 reads as a special key, not as text", path=path,
+                         line=line, column=col, fix=f"quote it ('{node.value}') if it is text")
     return YamlError(f"YAML tag {short_tag(node.tag)} is not allowed in a config", path=path, line=line,
                      column=col, fix="remove the tag; configs hold plain data only")
 
@@ -222,7 +226,8 @@ def integer(node: ScalarNode, subject: str, path: str, constructor: SafeConstruc
         except ValueError:  # Python's int digit limit, should a build lower it; or `!!int abc`
             value = None
     line, col = mark(node.start_mark)
-    if value is None and digits <= len(str(INTEGER_LIMIT)) and not node.value.strip("+-0_:xXbB").isdigit():
+    if value is None and digits <= len(str(INTEGER_LIMIT)) and not (
+            node.value.isascii() and node.value.strip("+-0_:xXbB").isdigit()):  # '²'.isdigit() is True
         raise YamlError(f"{subject} is tagged as an integer but {node.value[:40]!r} is not one", path=path,
                         line=line, column=col, fix="write a number, or drop the !!int tag")
     if value is not None and node.tag == INT_TAG and not node.style:
@@ -252,6 +257,11 @@ def check_plain_data(root: Node, path: str, subject: str = "a value") -> None:
         if isinstance(node, ScalarNode):
             if node.tag == INT_TAG:
                 integer(node, subject, path, constructor)
+            elif node.tag == MERGE_TAG:  # a `<<` anywhere but as a key (keys are skipped below)
+                raise tag_error(node, path)
+        elif isinstance(node, MappingNode):  # a `<<` key merges: only its value is data
+            stack.extend(reversed([child for key, value in node.value
+                                   for child in ((value,) if key.tag == MERGE_TAG else (key, value))]))
         else:
             stack.extend(reversed(_children(node)))
 
