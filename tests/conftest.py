@@ -23,11 +23,12 @@ def client():
 @pytest.fixture(scope="module")
 def live_server_url():
     """``http://127.0.0.1:<free port>`` of a real uvicorn serving the app in a thread of this process."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # The socket stays bound and goes to uvicorn: a port found free and bound later can be taken meanwhile.
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 30
     while not server.started:
@@ -36,3 +37,4 @@ def live_server_url():
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+    sock.close()
