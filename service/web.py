@@ -149,7 +149,8 @@ async def validate_submit(request: Request) -> HTMLResponse:
         except UnknownHardwareError as err:
             problems.append(Problem(f"unknown GPU type {gpu_type!r}", "gpu_type", err.suggestions or err.known))
     if not problems and not text.strip():
-        problems.append(Problem("paste a YAML config or choose a file", "yaml"))
+        problems.append(Problem(f"{filename} is empty: choose a config file with content" if filename else
+                                "paste a YAML config or choose a file", "file" if filename else "yaml"))
     if problems:
         return render(request, "validate.html", {**context, "problems": problems}, status_code=422)
     try:

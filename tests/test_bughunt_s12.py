@@ -392,3 +392,9 @@ def test_a_bare_yaml11_special_key_as_a_value_says_quote_it(tmp_path, value):
         coerce_value(value)
     merged = "base: &b {name: x}\nmetadata:\n  <<: *b\n  description: d\n"
     assert (tmp_path / "m.yaml").write_text(merged) and _trainer_reads(tmp_path, merged) is not None
+
+
+def test_an_empty_uploaded_file_is_named(client):
+    """Bug hunt s12 M7: an empty upload was answered "paste a YAML config or choose a file"."""
+    page = client.post("/validate", files={"file": ("empty.yaml", b"", "application/yaml")}, data={"yaml": ""})
+    assert page.status_code == 422 and "empty.yaml is empty" in page.text
