@@ -68,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         # Python's documented pattern: point stdout at devnull so the final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as err:
+        if err.filename is not None:  # a file of the command's own: its handler should have said which
+            raise
+        # stdout itself cannot be written (`> /dev/full`, a full disk, a quota): one line, not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"error: cannot write the output: {err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -398,3 +398,12 @@ def test_an_empty_uploaded_file_is_named(client):
     """Bug hunt s12 M7: an empty upload was answered "paste a YAML config or choose a file"."""
     page = client.post("/validate", files={"file": ("empty.yaml", b"", "application/yaml")}, data={"yaml": ""})
     assert page.status_code == 422 and "empty.yaml is empty" in page.text
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_unwritable_stdout_is_one_error_line():
+    """Bug hunt s12 M2: `recommend --format json > /dev/full` ended in a traceback."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "service.cli", "recipes"], stdout=full, stderr=subprocess.PIPE,
+                                text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert result.returncode == 2 and result.stderr == "error: cannot write the output: No space left on device\n"
