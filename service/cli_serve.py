@@ -8,6 +8,7 @@ Defaults bind loopback only; pass ``--host 0.0.0.0`` to expose it.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 
 APP_PATH = "service.app:app"
@@ -45,6 +46,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.workers < 1:
         print(f"recipe-advisor serve: --workers {args.workers} must be at least 1", file=sys.stderr)
+        return 2
+    if args.root_path and not args.root_path.startswith("/"):  # relative, the pages' links break below `/`
+        print(f"recipe-advisor serve: --root-path {args.root_path!r} must start with / (e.g. /{args.root_path})",
+              file=sys.stderr)
+        return 2
+    try:
+        socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        print(f"recipe-advisor serve: --host {args.host!r} is not an address or name of this machine ({err}); "
+              "use 127.0.0.1, 0.0.0.0 or an interface's address", file=sys.stderr)
         return 2
     import uvicorn
 

@@ -407,3 +407,11 @@ def test_an_unwritable_stdout_is_one_error_line():
         result = subprocess.run([sys.executable, "-m", "service.cli", "recipes"], stdout=full, stderr=subprocess.PIPE,
                                 text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert result.returncode == 2 and result.stderr == "error: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.parametrize("flags, says", [(["--host", "bad host"], "--host 'bad host' is not an address"),
+                                          (["--root-path", "advisor"], "--root-path 'advisor' must start with /")])
+def test_serve_names_a_bad_flag_before_starting(capsys, flags, says):
+    """Bug hunt s12 M5: uvicorn's own "Name or service not known" named neither flag nor value."""
+    assert main(["serve", *flags]) == 2
+    assert says in capsys.readouterr().err
