@@ -173,8 +173,11 @@ def _download_card(repo_id: str, offline: bool) -> Union[ModelCard, str]:
     try:
         path = hf_hub_download(repo_id, "config.json", local_files_only=offline)
     except Exception as exc:  # offline, not cached, gated, missing: all mean "not resolvable"
+        if offline:  # huggingface_hub's own text names a Python argument (local_files_only) nobody here can set
+            return (f"{repo_id}/config.json is not in the Hugging Face cache, and HF_HUB_OFFLINE is set; fetch it "
+                    f"once with network: huggingface-cli download {repo_id} config.json")
         detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-        return f"{type(exc).__name__}: {detail}" + (" (HF_HUB_OFFLINE is set)" if offline else "")
+        return f"{type(exc).__name__}: {detail}"
     return card_from_config(_read_config(Path(path)), repo_id, source=f"{repo_id}/config.json", hf_id=repo_id)
 
 

@@ -415,3 +415,14 @@ def test_serve_names_a_bad_flag_before_starting(capsys, flags, says):
     """Bug hunt s12 M5: uvicorn's own "Name or service not known" named neither flag nor value."""
     assert main(["serve", *flags]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_an_uncached_hub_model_offline_says_how_to_fetch_it(offline_hub):  # noqa: F811
+    """Bug hunt s12 M10: the message told CLI users to "set 'local_files_only' to False"."""
+    from recipe_index.errors import UnknownModelError
+    from recipe_index.models import resolve_model
+
+    with pytest.raises(UnknownModelError) as refused:
+        resolve_model("org-s12/absent")
+    text = str(refused.value)
+    assert "local_files_only" not in text and "huggingface-cli download org-s12/absent config.json" in text
