@@ -204,6 +204,12 @@ def test_a_worker_stopped_by_keyboard_interrupt_exits_130_without_a_traceback():
     assert result.stderr == ""
 
 
+def _python(code: str, config: Path) -> subprocess.CompletedProcess:
+    """``python -c code CONFIG`` in the config's folder, as the trainer's processes run."""
+    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=config.parent, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
 def _run_with_a_failing_save(tmp_path, failure: str) -> subprocess.CompletedProcess:
     """One training process whose first checkpoint save raises what torch.distributed.checkpoint raises:
     a CheckpointException (a BaseException) wrapping each rank's exception."""
@@ -216,8 +222,7 @@ def _run_with_a_failing_save(tmp_path, failure: str) -> subprocess.CompletedProc
             "    except BaseException as exc:\n        raise CheckpointException('write', {0: (exc, None)})\n"
             "base.BaseRecipe.save_checkpoint = save_checkpoint\n"
             "launch.main([sys.argv[1]])")
-    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    return _python(code, config)
 
 
 def test_a_sigint_inside_a_checkpoint_save_exits_130_without_a_traceback(tmp_path):
@@ -237,36 +242,37 @@ def _run_interrupted_at(tmp_path, steps: int, patch: str) -> subprocess.Complete
     """One training process with ``patch`` (code that sends itself a SIGINT somewhere) applied first."""
     config = write_config(tmp_path, {"step_scheduler": {"max_steps": steps, "checkpoint_interval": 2}})
     code = f"import os, signal, sys\nimport trainer.launch as launch\n{patch}\nlaunch.main([sys.argv[1]])"
-    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    return _python(code, config)
 
 
-def test_a_sigint_between_a_checkpoint_and_latest_still_resumes_the_newest(tmp_path):
-    """Flake hunt s12 F1: LATEST was written after the rename, so a Ctrl-C (or a kill) between the two left
-    it naming the previous checkpoint beside a newer complete one, and resume redid two steps."""
-    patch = ("import trainer.checkpoint as ck\nreal = ck.write_atomic\n"
-             "def write_atomic(path, text):\n    real(path, text)\n"
-             "    if path.name == 'LATEST' and 'step_4' in text:\n        os.kill(os.getpid(), signal.SIGINT)\n"
-             "ck.write_atomic = write_atomic")
+# Flake hunt s12 F1: LATEST was written after the rename, so a Ctrl-C (or a kill) between the two left it naming
+# the previous checkpoint beside a newer complete one, and resume redid two steps. Now LATEST comes first.
+PUBLISH_CTRL_C = {
+    "between LATEST and the rename": (
+        "import trainer.checkpoint as ck\nreal = ck.write_atomic\n"
+        "def write_atomic(path, text):\n    real(path, text)\n"
+        "    if path.name == 'LATEST' and 'step_4' in text:\n        os.kill(os.getpid(), signal.SIGINT)\n"
+        "ck.write_atomic = write_atomic",
+        ["epoch_0_step_2"], "epoch_0_step_2"),  # LATEST names step 4, never renamed into place: skipped
+    "after the rename": (
+        "import trainer.checkpoint as ck\nreal = ck._fsync_path\n"
+        "def fsync_path(path):\n    real(path)\n"
+        "    if path == ck.Path(sys.argv[1]).parent / 'ckpt' and (path / 'epoch_0_step_4').is_dir():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "ck._fsync_path = fsync_path",
+        ["epoch_0_step_2", "epoch_0_step_4"], "epoch_0_step_4"),
+}
+
+
+@pytest.mark.parametrize("when", PUBLISH_CTRL_C)
+def test_a_ctrl_c_inside_a_publish_resumes_the_newest_complete_checkpoint(tmp_path, when):
+    patch, complete, latest = PUBLISH_CTRL_C[when]
     result = _run_interrupted_at(tmp_path, 6, patch)
     assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
     ckpt = tmp_path / "ckpt"
-    assert [p.name for p in list_complete(ckpt)] == ["epoch_0_step_2"]  # step 4 was not renamed into place
+    assert [p.name for p in list_complete(ckpt)] == complete
     assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_4"
-    assert find_latest(ckpt).name == "epoch_0_step_2"
-
-
-def test_a_sigint_after_latest_names_the_renamed_checkpoint(tmp_path):
-    patch = ("import trainer.checkpoint as ck\nreal = ck._fsync_path\n"
-             "def fsync_path(path):\n    real(path)\n"
-             "    if path == ck.Path(sys.argv[1]).parent / 'ckpt' and (path / 'epoch_0_step_4').is_dir():\n"
-             "        os.kill(os.getpid(), signal.SIGINT)\n"
-             "ck._fsync_path = fsync_path")
-    result = _run_interrupted_at(tmp_path, 6, patch)
-    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    ckpt = tmp_path / "ckpt"
-    assert [p.name for p in list_complete(ckpt)] == ["epoch_0_step_2", "epoch_0_step_4"]
-    assert find_latest(ckpt).name == "epoch_0_step_4"
+    assert find_latest(ckpt).name == latest
 
 
 def test_a_sigint_while_a_finished_run_tears_down_is_quiet(tmp_path):
@@ -279,30 +285,27 @@ def test_a_sigint_while_a_finished_run_tears_down_is_quiet(tmp_path):
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
 
 
-def test_a_ctrl_c_while_train_checks_the_config_exits_130_quietly(tmp_path):
-    """Flake hunt s12 F3: `train` ran outside the CLI's KeyboardInterrupt handler."""
-    config = write_config(tmp_path)
-    code = ("import os, signal, sys\nimport service.cli_train as ct\nreal = ct.report_validation\n"
-            "def report_validation(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
-            "ct.report_validation = report_validation\nfrom service.cli import main\n"
-            "sys.exit(main(['train', sys.argv[1], '--nproc-per-node', '2']))")
-    result = subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
+# Flake hunt s12 F3: `train` ran outside the CLI's KeyboardInterrupt handler; F4: before main() installed its
+# handler, a worker's imports ended in a traceback.
+EARLY_CTRL_C = {
+    "while train checks the config": (
+        "import os, signal, sys\nimport service.cli_train as ct\nreal = ct.report_validation\n"
+        "def report_validation(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
+        "ct.report_validation = report_validation\nfrom service.cli import main\n"
+        "sys.exit(main(['train', sys.argv[1], '--nproc-per-node', '2']))"),
+    "while a worker imports": (
+        "import builtins, os, runpy, signal, sys\nreal_import = builtins.__import__\n"
+        "def importing(name, *a, **k):\n"
+        "    if name == 'trainer.launch':\n        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real_import(name, *a, **k)\n"
+        "builtins.__import__ = importing\n"
+        "sys.argv = ['trainer', sys.argv[1]]\nrunpy.run_module('trainer', run_name='__main__')"),
+}
 
 
-def test_a_ctrl_c_while_a_worker_imports_exits_130_quietly(tmp_path):
-    """Flake hunt s12 F4: before main() installed its handler, a worker's imports ended in a traceback."""
-    config = write_config(tmp_path)
-    code = ("import os, runpy, signal, sys\n"
-            "import builtins\nreal_import = builtins.__import__\n"
-            "def importing(name, *a, **k):\n"
-            "    if name == 'trainer.launch':\n        os.kill(os.getpid(), signal.SIGINT)\n"
-            "    return real_import(name, *a, **k)\n"
-            "builtins.__import__ = importing\n"
-            "sys.argv = ['trainer', sys.argv[1]]\nrunpy.run_module('trainer', run_name='__main__')")
-    result = subprocess.run([sys.executable, "-c", code, str(config)], cwd=tmp_path, env=_env(),
-                            capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("when", EARLY_CTRL_C)
+def test_an_early_ctrl_c_exits_130_quietly(tmp_path, when):
+    result = _python(EARLY_CTRL_C[when], write_config(tmp_path))
     assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
