@@ -34,18 +34,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import BaseModel
-
 from recipe_index import find_bundled_model
 from service.bridge_keys import BRIDGE_RECIPE_VALUE, CHECK_DEFAULTS, UNRECORDED
-from trainer.config import RecipeConfig, section_type
+from service.change_values import MISSING, effective_value, same_setting, same_value
 from trainer.dotted import get_dotted
-from trainer.model_settings import DTYPES
-from trainer.optim_defaults import optimizer_defaults
 from trainer.text import clipped
 
 LAYERS = ("convergence", "execution", "benchmark-only")
-MISSING = "<absent>"
 
 # Never execution-only (seed): these win over the section a key sits in.
 _CONVERGENCE_WORDS = re.compile(r"pack|precision|fp8|fp16|bf16|token_drop|capacity|router|aux_loss|z_loss|"
@@ -327,105 +322,10 @@ def classify(key: str, old: Any, new: Any, *, global_batch_changed: bool = False
     return "convergence", "unknown key: treated as convergence until shown otherwise"
 
 
-def _schema_default(key: str, flat: dict[str, Any]) -> Any:
-    """What the trainer reads for a key this (flattened) config leaves out: its RecipeConfig default.
-
-    MISSING where there is none: unknown keys, required ones, a `_target_` section's kwargs (the
-    callable's defaults are not in the schema), and keys of an optional section (peft, metadata, ...)
-    the config does not have, because such a section is off, not filled in. A whole section left out
-    is ``{}``, no settings, when it always exists, so ``step_scheduler: {}`` equals no step_scheduler.
-    """
-    section, _, rest = key.partition(".")
-    field = RecipeConfig.model_fields.get(section)
-    if field is None or field.is_required():
-        return MISSING
-    default = field.get_default(call_default_factory=True)
-    if not rest:
-        return {} if isinstance(default, BaseModel) else default
-    if default is None and not _has_section(flat, section):
-        return MISSING
-    model = section_type(section)
-    if model is None:
-        return MISSING
-    for name, sub in model.model_fields.items():
-        if rest in (name, sub.alias) and not sub.is_required():
-            return sub.get_default(call_default_factory=True)
-    return MISSING
-
-
-def _has_section(flat: dict[str, Any], section: str) -> bool:
-    return flat.get(section) is not None or any(k.startswith(section + ".") for k in flat)
-
-
-def _canonical_dtype(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    name = value.removeprefix("torch.")
-    return DTYPES.get(name, name)
-
-
-def _module_set(value: Any) -> Any:
-    return sorted(set(value)) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
-
-
-# Keys with several spellings of one value, as the trainer reads them: `torch.bfloat16`, `bfloat16`
-# and `bf16` are one model.dtype (trainer.model_settings.DTYPES); LoRA's target modules are matched as a set.
-_CANONICAL = {"model.dtype": _canonical_dtype, "peft.target_modules": _module_set}
-
-
-def _effective(flat: dict[str, Any], key: str) -> Any:
-    """The value the trainer reads for ``key``: the config's own, else the schema default."""
-    if key not in flat and any(k.startswith(key + ".") for k in flat):
-        return {}  # a section with settings of its own: those are compared key by key
-    value = flat.get(key, MISSING)
-    default = _schema_default(key, flat)
-    leaf = key.rsplit(".", 1)[-1]
-    if default is MISSING and leaf in CHECK_DEFAULTS:
-        default = CHECK_DEFAULTS[leaf]  # off in Megatron/Bridge: writing it out is no change
-    if default in (MISSING, None) and key.startswith("optimizer.") and leaf != "_target_":
-        # The schema's None means "the optimizer's own default": AdamW's eps 1e-8, amsgrad false, read
-        # from torch's source (bughunt s10a #9).
-        default = optimizer_defaults(flat.get("optimizer._target_")).get(leaf, default)
-    # `step_scheduler: null` configures nothing, like `{}`; `peft: null` is already its default.
-    if value is MISSING or (value is None and default == {}):
-        return default
-    return _CANONICAL.get(key, lambda v: v)(value)
-
-
 def effective(config: dict, key: str) -> Any:
     """The value the trainer reads for a dotted key of a config: its own, else the schema default
     (MISSING where there is none)."""
-    return _effective(flatten(config), key)
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """``a == b``, except that NaN equals NaN (also inside lists and mappings): a config that writes
-    ``.nan`` twice says the same thing twice; a list equals a tuple of the same items (YAML's ``[0.9, 0.999]``
-    and the ``(0.9, 0.999)`` default of an optimizer's signature)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    return a == b
-
-
-def _strict_int(key: str) -> bool:
-    """Whether the schema reads ``key`` as a strict integer (``tp_size``, ``global_batch_size``), which
-    refuses ``2.0`` and ``true``: there ``2`` -> ``2.0`` is a change, where a float setting (``weight_decay: 0``)
-    or a bool one (``shuffle: 1``, which the schema reads as true) is not."""
-    section, _, name = key.partition(".")
-    model = section_type(section) if section in RecipeConfig.model_fields and name else None
-    field = next((f for n, f in model.model_fields.items() if name in (n, f.alias)), None) if model else None
-    return field is not None and any(getattr(m, "strict", False) for m in field.metadata)
-
-
-def _same_setting(key: str, a: Any, b: Any) -> bool:
-    if not same_value(a, b):
-        return False
-    typed = isinstance(a, float) != isinstance(b, float) or isinstance(a, bool) != isinstance(b, bool)
-    return not (typed and _strict_int(key))
+    return effective_value(flatten(config), key)
 
 
 def _reshaped_sections(left: dict[str, Any], right: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -452,7 +352,7 @@ _UNRECORDED_REASON = (
 
 def is_megatron(flat: dict[str, Any]) -> bool:
     """Whether a (flattened) config runs on Megatron Bridge: ``distributed.strategy: megatron``."""
-    return _effective(flat, "distributed.strategy") == "megatron"
+    return effective_value(flat, "distributed.strategy") == "megatron"
 
 
 def diff(base: dict, new: dict) -> list[Change]:
@@ -461,7 +361,7 @@ def diff(base: dict, new: dict) -> list[Change]:
     an UNRECORDED key only one side of a Megatron pair writes: the other side runs
     BRIDGE_RECIPE_VALUE, which the index does not know, so it is a convergence change whatever the value."""
     left, right = flatten(base), flatten(new)
-    gbs_changed = any(not _same_setting(key, _effective(left, key), _effective(right, key))
+    gbs_changed = any(not same_setting(key, effective_value(left, key), effective_value(right, key))
                       for key in GLOBAL_BATCH_KEYS)
     megatron = is_megatron(left) or is_megatron(right)
     # Across megatron <-> fsdp2/ddp an unrecorded key neither side writes changes meaning too: Bridge's
@@ -480,8 +380,8 @@ def diff(base: dict, new: dict) -> list[Change]:
         if key.startswith("metadata.") and key not in _CONVERGENCE_METADATA:
             continue  # index metadata (name, source, description): the trainer does not read it
         if crossing and key in UNRECORDED and key not in left and key not in right:
-            changes.append(Change(key, BRIDGE_RECIPE_VALUE if is_megatron(left) else _effective(left, key),
-                                  BRIDGE_RECIPE_VALUE if is_megatron(right) else _effective(right, key),
+            changes.append(Change(key, BRIDGE_RECIPE_VALUE if is_megatron(left) else effective_value(left, key),
+                                  BRIDGE_RECIPE_VALUE if is_megatron(right) else effective_value(right, key),
                                   "convergence", _UNRECORDED_REASON))
             continue
         old, new_value = left.get(key, MISSING), right.get(key, MISSING)
@@ -490,7 +390,7 @@ def diff(base: dict, new: dict) -> list[Change]:
                                   BRIDGE_RECIPE_VALUE if new_value is MISSING else new_value,
                                   "convergence", _UNRECORDED_REASON))
             continue
-        if _same_setting(key, _effective(left, key), _effective(right, key)) or _same_model(key, old, new_value):
+        if same_setting(key, effective_value(left, key), effective_value(right, key)) or _same_model(key, old, new_value):
             continue
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))

@@ -19,7 +19,7 @@ from service.changes import verdict
 from service.memory import gib_text
 from service.recommend import Recommendation, recommend
 from service.yamlio import OverrideError, YamlError
-from trainer.checkpoint import write_atomic
+from trainer.atomic_files import write_atomic
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 STDOUT = "-"  # `-o -`, as `validate -` and `diff BASE -` read stdin

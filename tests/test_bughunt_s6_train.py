@@ -255,11 +255,11 @@ PUBLISH_CTRL_C = {
         "ck.write_atomic = write_atomic",
         ["epoch_0_step_2"], "epoch_0_step_2"),  # LATEST names step 4, never renamed into place: skipped
     "after the rename": (
-        "import trainer.checkpoint as ck\nreal = ck._fsync_path\n"
+        "import trainer.checkpoint as ck\nreal = ck.fsync_path\n"
         "def fsync_path(path):\n    real(path)\n"
         "    if path == ck.Path(sys.argv[1]).parent / 'ckpt' and (path / 'epoch_0_step_4').is_dir():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "ck._fsync_path = fsync_path",
+        "ck.fsync_path = fsync_path",
         ["epoch_0_step_2", "epoch_0_step_4"], "epoch_0_step_4"),
 }
 

@@ -32,7 +32,6 @@ folder that was never renamed: discovery falls back to the newest complete one).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from trainer.atomic_files import fsync_path, fsync_tree, remove_staged_files, write_atomic
 from trainer.checkpoint_dir import check_creatable_dir, check_writable_dir  # noqa: F401  (ckpt.* names)
 from trainer.config import RecipeConfig, parse_config
 from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
@@ -402,42 +402,6 @@ def _world_change(ckpt: Path, world_size: Optional[int]) -> list[str]:
 
 # ----------------------------------------------------------------------------- publication
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            _fsync_path(Path(dirpath) / name)
-        _fsync_path(Path(dirpath))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` whole or not at all: a full disk or a kill midway leaves the old file.
-    The staging name is unique (a user's ``x.tmp`` beside ``x`` is not ours to overwrite) and created with
-    the umask's mode, as a plain write would."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        if path.is_file():  # the file keeps its permissions (a config kept 0600 stays private)
-            os.chmod(fd, path.stat().st_mode & 0o7777)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_path(path.parent)
-
-
 class CheckpointDir:
     """Rank-0 file operations on ``checkpoint_dir``; callers put barriers around them."""
 
@@ -456,11 +420,11 @@ class CheckpointDir:
         return tmp
 
     def remove_stale_staging(self) -> list[Path]:
-        """Delete ``.tmp_`` folders left by runs that died while saving."""
+        """Delete ``.tmp_`` folders left by runs that died while saving, and staged ``LATEST`` files."""
         stale = [p for p in self.root.glob(f"{TMP_PREFIX}*") if p.is_dir()] if self.root.is_dir() else []
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
-        return stale
+        return stale + remove_staged_files(self.root)
 
     def publish(self, tmp: Path, epoch: int, step: int) -> Path:
         """fsync, mark complete, point LATEST at it, rename into place, apply retention.
@@ -478,7 +442,7 @@ class CheckpointDir:
             self._retire(final)
         write_atomic(self.root / LATEST_FILE, final.name + "\n")
         tmp.rename(final)
-        _fsync_path(self.root)
+        fsync_path(self.root)
         self.apply_retention(keep=final)
         return final
 

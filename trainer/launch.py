@@ -323,7 +323,7 @@ def _stop(signum, frame) -> None:
     ``.tmp_`` folder that resume skips. SIGTERM keeps its default (the process ends at once, silently)
     rather than waiting for a collective to return to Python."""
     global _stop_requested
-    if _leaving:  # in exit_process (its barrier may wait for a slow peer): leave now, without a traceback
+    if _leaving:  # in exit_process: leave as soon as Python runs again (after a barrier returns), no traceback
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
@@ -339,8 +339,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = run(list(sys.argv[1:] if argv is None else argv))
         _leaving = True  # inside the try: a Ctrl-C just before this line is still caught below
     except KeyboardInterrupt:  # no traceback per rank: the launcher says it once ("stopped by SIGINT")
-        code = EXIT_INTERRUPTED
-    _leaving = True
+        code = EXIT_INTERRUPTED  # _stop ignores further Ctrl-Cs from here on
     if "trainer.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
         sys.exit(code)
     from trainer.dist import exit_process
