@@ -64,15 +64,17 @@ def base_config(recipe: Optional[RecipeEntry]) -> dict:
     return load_yaml(text, str(recipe.path)).data
 
 
-def _place_layers(config: dict, card: ModelCard, lay, explicit: bool) -> None:
-    """Megatron's settings for the pipeline split the estimates assumed (RA-L011): where the decoder layers
-    do not divide over PP x VP and no layout string places them (the recipe's builder for a pair of its table,
-    or ``pipeline_layout: explicit``), the accounting or edge-stage sizes ``stage_split`` sized the stages by.
-    The base recipe's own split stays where it still places this layout; one it no longer fits, or one beside a
-    layout string (Megatron refuses both), goes."""
-    model, layers, pp, vp = config.setdefault("model", {}), card.num_hidden_layers, lay.pp, lay.vp_or_1
+def _place_layers(config: dict, card: ModelCard) -> None:
+    """Megatron's settings for the pipeline split of the config's final layout (RA-L011): where the decoder
+    layers do not divide over PP x VP and no layout string places them (the recipe's builder for a pair of its
+    table, or ``pipeline_layout: explicit``), the accounting or edge-stage sizes ``stage_split`` sizes the stages
+    by (the planner's estimates, for its own layout). The base recipe's own split stays where it still places
+    this layout; one it no longer fits, or one beside a layout string (Megatron refuses both), goes."""
+    model, layers = config.setdefault("model", {}), card.num_hidden_layers
+    pp, vp = _get(config, "distributed.pp_size") or 1, _get(config, "distributed.vp_size") or 1
     written = {key: model[key] for key in PIPELINE_SPLIT_KEYS if key in model}
-    by_string = explicit or (pp, vp) in PIPELINE_LAYOUT_TABLES.get(card.id, ())
+    by_string = (_get(config, "distributed.pipeline_layout") is not None
+                 or (pp, vp) in PIPELINE_LAYOUT_TABLES.get(card.id, ()))
     if written and pp > 1 and not by_string and split_problem(layers, pp, vp, written) is None:
         return
     for key in written:
@@ -92,7 +94,6 @@ def apply_layout(config: dict, row: PlannedLayout, request, engine: str) -> None
         dist["pipeline_layout"] = "explicit" if explicit else None  # the recipe's layout builder places layers
         dist["use_distributed_optimizer"] = row.sharding in ("optimizer", "full")
         dist["use_megatron_fsdp"] = True if row.sharding == "full" else None
-        _place_layers(config, req.model, lay, explicit)
     else:
         dist["use_distributed_optimizer"] = dist["use_megatron_fsdp"] = None
     defaults = {"pp_size": 1, "vp_size": None, "cp_size": 1, "ep_size": 1, "etp_size": None,
@@ -332,8 +333,8 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
                                              strategy=_get(config, "distributed.strategy") or "fsdp2").items():
             if _get(config, key) is None:
                 _set(config, key, value)
+    planned = config
     if overrides:
-        planned = config
         config = apply_overrides(config, overrides)
         _keep_planned(planned, config)
         moved = [c.key for c in diff(planned, config)
@@ -341,6 +342,9 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
         if moved:
             notes.append(f"your overrides change the layout ({', '.join(moved)}): the layout, memory and time "
                          "shown are the planner's choice before them; `recipe-advisor plan` estimates yours")
+    split_overridden = any(_get(planned, f"model.{key}") != _get(config, f"model.{key}") for key in PIPELINE_SPLIT_KEYS)
+    if engine == "megatron" and not split_overridden:  # a split the user writes is theirs (RA-L011 judges it)
+        _place_layers(config, card)
     if stand_in:  # after the overrides: it describes (and sizes the epochs of) the data the config ends with
         _stand_in_data(config, row, request.world_size, notes,
                        epochs_given=_get(config, "step_scheduler.num_epochs") != _get(base, "step_scheduler.num_epochs"))

@@ -214,19 +214,41 @@ def test_a_recommended_uneven_pipeline_carries_its_split(client, model, gpus, sp
 
 def test_a_layout_string_takes_no_split_settings_and_a_stale_split_goes():
     from service.recommend_config import _place_layers
-    from service.facts import Layout
 
-    card = find_bundled_model("deepseek-v3")
-    config = {"model": {"account_for_loss_in_pipeline_split": True}}
-    _place_layers(config, card, Layout(tp=1, pp=7, vp=7, cp=1, ep=8, etp=1), explicit=True)
-    assert config["model"] == {}
-    llama = find_bundled_model("llama3-8b")  # 32 layers: the written split no longer places PP 4
-    config = {"model": {"num_layers_in_first_pipeline_stage": 5, "num_layers_in_last_pipeline_stage": 6}}
-    _place_layers(config, llama, Layout(tp=1, pp=4, vp=None, cp=1, ep=1, etp=1), explicit=False)
-    assert config["model"] == {}
-    config = {"model": {"num_layers_in_first_pipeline_stage": 10, "num_layers_in_last_pipeline_stage": 10}}
-    _place_layers(config, llama, Layout(tp=1, pp=3, vp=None, cp=1, ep=1, etp=1), explicit=False)
-    assert config["model"] == {"num_layers_in_first_pipeline_stage": 10, "num_layers_in_last_pipeline_stage": 10}
+    def placed(model: str, written: dict, **distributed) -> dict:
+        config = {"model": dict(written), "distributed": distributed}
+        _place_layers(config, find_bundled_model(model))
+        return config["model"]
+
+    assert placed("deepseek-v3", {"account_for_loss_in_pipeline_split": True},
+                  pp_size=7, vp_size=7, pipeline_layout="explicit") == {}
+    # llama3-8b's 32 layers: this split no longer places PP 4 (5 + 11 + 11 + 6 != 32 in even middles) ...
+    assert placed("llama3-8b", {"num_layers_in_first_pipeline_stage": 5, "num_layers_in_last_pipeline_stage": 6},
+                  pp_size=4) == {}
+    # ... this one places PP 3, so it stays
+    edges = {"num_layers_in_first_pipeline_stage": 10, "num_layers_in_last_pipeline_stage": 10}
+    assert placed("llama3-8b", edges, pp_size=3) == edges
+    assert placed("llama3-8b", {}, pp_size=3, vp_size=2) == {"num_layers_in_first_pipeline_stage": 10,
+                                                             "num_layers_in_last_pipeline_stage": 10}
+
+
+@pytest.mark.parametrize("overrides, split", [
+    (["--distributed.vp_size", "2"], {"num_layers_in_first_pipeline_stage": 10,
+                                      "num_layers_in_last_pipeline_stage": 10}),
+    (["--distributed.vp_size", "null", "--distributed.pipeline_layout", "explicit"], {}),
+    (["--distributed.vp_size", "null", "--model.num_layers_in_first_pipeline_stage", "12",
+      "--model.num_layers_in_last_pipeline_stage", "8"],
+     {"num_layers_in_first_pipeline_stage": 12, "num_layers_in_last_pipeline_stage": 8})])
+def test_the_split_follows_the_layout_the_overrides_end_with(capsys, tmp_path, overrides, split):
+    """Review s12 F1: the split was placed for the planner's layout before the overrides moved it."""
+    import yaml
+
+    out = tmp_path / "c.yaml"
+    args = ["recommend", "--model", "llama3-8b", "--gpus", "3", "--gpu-type", "h100", "--goal", "pretrain",
+            "-o", str(out), *overrides]
+    assert main(args) == 0, capsys.readouterr().err
+    model = yaml.safe_load(out.read_text())["model"]
+    assert {k: v for k, v in model.items() if "pipeline" in k} == split
 
 
 # ---- H14: recommend's JSON holds .nan as "nan", as diff's does ------------------------------------------------
