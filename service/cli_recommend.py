@@ -10,9 +10,12 @@ summary to stderr; its commands read ``config.yaml``, where the user is told to 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from service.cli_plan import REQUEST_ERRORS, add_request_arguments, check_flag_limits, report_error
 from service.changes import verdict
@@ -26,14 +29,43 @@ STDOUT = "-"  # `-o -`, as `validate -` and `diff BASE -` read stdin
 DEFAULT_CONFIG = "config.yaml"  # the file the commands read when no file is written
 
 
-def _save(path: Path, text: str) -> None:
-    """The config whole or not at all (a full disk leaves the user's old file), through a symlink to the
-    file it names; a device or pipe (``-o /dev/stdout``) is written as it is: it cannot be replaced."""
+_STREAMS = {"/dev/stdout": sys.stdout, "/dev/fd/1": sys.stdout, "/proc/self/fd/1": sys.stdout,
+            "/dev/stderr": sys.stderr, "/dev/fd/2": sys.stderr, "/proc/self/fd/2": sys.stderr}
+
+
+def _save(path: Path, text: str) -> Optional[str]:
+    """The config whole or not at all (a full disk leaves the user's old file), through a symlink to the file
+    it names. Written in place, and then said so (the returned note): the process's own stdout or stderr (the
+    shell may have sent it to a file, which a replacement would cut off from what is printed next), a device
+    or pipe, and a writable file in a folder where no staging file can be made."""
+    stream = _STREAMS.get(str(path))
+    if stream is not None:
+        stream.write(text)
+        stream.flush()
+        return None
     if path.exists() and not path.is_file():
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
-        return
-    write_atomic(path.resolve() if path.is_symlink() else path, text)
+        return None
+    try:
+        target = path.resolve() if path.is_symlink() else path
+    except RuntimeError:  # Python < 3.13 raises it for a symlink loop
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+    try:
+        write_atomic(target, text)
+    except PermissionError:
+        if not (target.is_file() and os.access(target, os.W_OK)):
+            raise
+        target.write_text(text, encoding="utf-8")
+        return f"note: {path} was written in place, not replaced whole: its folder takes no staging file"
+    return None
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -114,10 +146,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     if args.output and not to_stdout:
         try:
-            _save(Path(args.output), rec.config_yaml)
+            note = _save(Path(args.output), rec.config_yaml)
         except OSError as err:
-            print(f"error: cannot write {args.output}: {err.strerror or err} (the file is as it was)", file=sys.stderr)
+            # After the rename only the folder's sync can fail: then the new config is in place.
+            state = ("the new config is in place, but the folder could not be synced"
+                     if _holds(Path(args.output), rec.config_yaml) else "the file is as it was")
+            print(f"error: cannot write {args.output}: {err.strerror or err} ({state})", file=sys.stderr)
             return EXIT_UNUSABLE
+        if note:
+            print(note, file=sys.stderr)
     if args.format == "json":
         print(json.dumps(rec.to_dict(), indent=2, default=str))
     elif to_stdout:

@@ -100,14 +100,84 @@ def test_a_failed_recommend_write_keeps_the_old_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]  # no staging file left behind
 
 
-def test_recommend_writes_through_a_symlink_and_into_a_device(tmp_path):
+def test_recommend_writes_through_a_symlink_and_into_a_pipe(tmp_path):
     target = tmp_path / "real.yaml"
     target.write_text("old\n")
     (tmp_path / "link.yaml").symlink_to(target)
     assert _recommend_to(tmp_path / "link.yaml").returncode == 0
     assert (tmp_path / "link.yaml").is_symlink() and "pretrained_model_name_or_path" in target.read_text()
-    assert _recommend_to(Path(os.devnull)).returncode == 0
-    assert Path(os.devnull).is_char_device()
+    fifo = tmp_path / "fifo"  # a pipe of the test's own, never a device of the host's (review s12 F12)
+    os.mkfifo(fifo)
+    read = []
+    reader = __import__("threading").Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    assert _recommend_to(fifo).returncode == 0
+    reader.join(timeout=60)
+    assert fifo.exists() and not fifo.is_file() and "pretrained_model_name_or_path" in read[0]
+
+
+@pytest.mark.parametrize("redirect", ["w", "a"])
+def test_o_dev_stdout_into_a_file_keeps_what_the_shell_opened(tmp_path, redirect):
+    """Review s12 F4: /dev/stdout redirected to a file was replaced by a new file, and the summary lost."""
+    log = tmp_path / "log.txt"
+    log.write_text("earlier\n")
+    with open(log, redirect) as fh:
+        subprocess.run([sys.executable, "-m", "service.cli", "recommend", "--model", "tiny-llama", "--gpus", "1",
+                        "--gpu-type", "cpu", "--engine", "bundled", "--goal", "sft", "-o", "/dev/stdout"],
+                       stdout=fh, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, timeout=120)
+    text = log.read_text()
+    assert "pretrained_model_name_or_path" in text and "\nlayout: TP" in text
+    assert text.startswith("earlier\n") == (redirect == "a")
+
+
+def _recommend_in_process(out: Path) -> int:
+    return main(["recommend", "--model", "tiny-llama", "--gpus", "1", "--gpu-type", "cpu", "--engine", "bundled",
+                 "-o", str(out)])
+
+
+def test_o_through_a_symlink_loop_is_a_clean_error(tmp_path, capsys):
+    """Review s12 F3: Path.resolve raised RuntimeError (a traceback, exit 1)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert _recommend_in_process(tmp_path / "a") == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_a_writable_file_in_a_folder_without_room_for_staging_is_written_in_place(tmp_path, monkeypatch, capsys):
+    """Review s12 F2: a group-writable config in a read-only folder was refused, blaming the file."""
+    import errno
+
+    out = tmp_path / "c.yaml"
+    out.write_text("old\n")
+    real_open = os.open
+
+    def no_new_files(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and str(path) != str(out):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_new_files)
+    assert _recommend_in_process(out) == 0
+    assert "pretrained_model_name_or_path" in out.read_text() and "written in place" in capsys.readouterr().err
+
+
+def test_a_failed_folder_sync_after_the_rename_says_the_new_config_is_in_place(tmp_path, monkeypatch, capsys):
+    """Review s12 F16: it said "the file is as it was" about a file that held the new config."""
+    import errno
+
+    import trainer.atomic_files as files
+
+    def failing(path):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(files, "fsync_path", failing)
+    out = tmp_path / "c.yaml"
+    out.write_text("old\n")
+    assert _recommend_in_process(out) == 2
+    assert "the new config is in place" in capsys.readouterr().err and out.read_text() != "old\n"
+    monkeypatch.setattr(files, "fsync_path", lambda path: (_ for _ in ()).throw(OSError(errno.EINVAL, "no")))
+    out.write_text("old\n")
+    assert _recommend_in_process(out) == 0  # a filesystem that cannot sync folders at all
 
 
 def test_recommend_keeps_the_permissions_of_the_file_it_replaces(tmp_path):
