@@ -137,12 +137,23 @@ def rule_table() -> str:
     return "\n".join(["code     severity key                                    rule"] + rows)
 
 
+def _skipped(hidden: list[str]) -> str:
+    if not hidden:
+        return ""
+    shown = ", ".join(hidden[:3]) + (f" and {len(hidden) - 3} more" if len(hidden) > 3 else "")
+    return f" (hidden folders are skipped: {shown})"
+
+
 def run(args) -> int:
     if args.list_rules:
         print(json.dumps(rule_list(), indent=2) if args.format == "json" else rule_table())
         return EXIT_OK
     if not args.paths:
         print("recipe-advisor validate: give at least one file or folder", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if any(not path.strip() for path in args.paths):  # Path("") is the working folder: it would check all of it
+        print("recipe-advisor validate: an empty path (an unset variable?); name a file or folder, or . for this "
+              "folder", file=sys.stderr)
         return EXIT_UNUSABLE
     try:
         check_hardware_argument(args.gpu_type)
@@ -156,8 +167,9 @@ def run(args) -> int:
     # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied
     # folder must fail where it can be seen, and a JSON reader still gets a document.
     for path, message, fix in ([(p, "no such file or folder", "check the path") for p in missing]
-                               + [(p, "no .yaml/.yml file in this folder or below it (hidden folders are skipped)",
-                                   "check the path, or name the config files themselves") for p in empty]):
+                               + [(p, "no .yaml/.yml file in this folder or below it" + _skipped(hidden),
+                                   "check the path, or name the config files themselves")
+                                  for p, hidden in empty.items()]):
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
             code="RA-F001", severity="error", message=message, fix=fix)]))
     if args.format == "json":

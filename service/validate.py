@@ -323,27 +323,29 @@ def validate_file(path: str, **kwargs) -> FileReport:
             fix="check the path and permissions")])
 
 
-def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
-    """(YAML files to check, each once however often it is named, paths that do not exist, folders that hold no
-    YAML file). Folders recurse and keep only *.yaml/*.yml (any case), skipping hidden folders (``.git``)."""
-    files, missing, empty = [], [], []
+def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(YAML files to check, paths that do not exist, folders that hold no YAML file with the hidden folders
+    skipped in them), each path once however often it is named. Folders recurse and keep only *.yaml/*.yml (any
+    case), skipping hidden folders (``.git``)."""
+    files, missing, empty = {}, {}, {}
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = len(files)
+            found, hidden = 0, []
             for root, dirs, names in os.walk(path):
+                hidden += [str(Path(root, d).relative_to(path)) for d in dirs if d.startswith(".")]
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(str(Path(root) / n) for n in sorted(names) if n.lower().endswith(YAML_SUFFIXES))
-            if len(files) == found:
-                empty.append(raw)
+                for name in sorted(names):
+                    if name.lower().endswith(YAML_SUFFIXES):
+                        found += 1
+                        files.setdefault(os.path.realpath(Path(root) / name), str(Path(root) / name))
+            if not found:
+                empty.setdefault(os.path.realpath(path), (raw, hidden))
         elif path.exists():
-            files.append(str(path))
+            files.setdefault(os.path.realpath(path), str(path))
         else:
-            missing.append(raw)
-    once = {}  # `validate a.yaml ./a.yaml recipes/` names some files twice: one report each, as stdin is read once
-    for name in files:
-        once.setdefault(os.path.realpath(name), name)
-    return list(once.values()), missing, empty
+            missing.setdefault(raw, raw)
+    return list(files.values()), list(missing), dict(empty.values())
 
 
 def check_hardware_argument(gpu_type: Optional[str]) -> None:

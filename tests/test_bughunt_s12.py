@@ -518,3 +518,49 @@ def test_an_uncached_hub_model_offline_says_how_to_fetch_it(offline_hub):  # noq
         resolve_model("org-s12/absent")
     text = str(refused.value)
     assert "local_files_only" not in text and "huggingface-cli download org-s12/absent config.json" in text
+
+
+def test_a_lost_peer_inside_a_checkpoint_save_is_named():
+    """Review s12 F10: a survivor of a peer lost mid-save printed a traceback, not "another rank left"."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainer.dist import lost_peer
+
+    assert lost_peer(CheckpointException("write", {1: (RuntimeError("Connection reset by peer"), None)}))
+    assert not lost_peer(CheckpointException("write", {0: (OSError("No space left on device"), None)}))
+
+
+@pytest.mark.parametrize("accept, yaml", [("*/*, application/json;q=0", True), ("text/*", True),
+                                          ("application/yaml, application/json", True), ("", False),
+                                          ("application/*;q=0.5, application/json", False)])
+def test_the_most_specific_accept_range_decides(client, accept, yaml):
+    """Review s12 F8: q-values were combined by maximum, so `*/*` outvoted `application/json;q=0`."""
+    response = client.get("/v1/recipes/llama3_8b_pretrain_config", headers={"accept": accept})
+    assert response.headers["content-type"].startswith("application/yaml" if yaml else "application/json")
+
+
+def test_validate_names_each_folder_once_and_the_hidden_folders_it_skipped(tmp_path, capsys):
+    """Review s12 F9, F18."""
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "hid" / ".git").mkdir(parents=True)
+    (tmp_path / "hid" / ".git" / "x.yaml").write_text("a: 1\n")
+    paths = [str(tmp_path / "quiet")] * 2 + [str(tmp_path / "hid"), "nope-s12", "nope-s12"]
+    assert main(["validate", *paths, "--format", "json"]) == 2
+    files = {f["path"]: f["findings"][0]["message"] for f in json.loads(capsys.readouterr().out)["files"]}
+    assert len(files) == 3
+    assert files[str(tmp_path / "quiet")] == "no .yaml/.yml file in this folder or below it"
+    assert files[str(tmp_path / "hid")].endswith("(hidden folders are skipped: .git)")
+    assert main(["validate", ""]) == 2 and "an empty path" in capsys.readouterr().err
+
+
+def test_train_says_a_pipe_is_no_config_file():
+    """Review s12 F15: `train <(recommend ... -o -)` was "config file not found"."""
+    from trainer.overrides import ConfigError, load_yaml_file
+
+    read, write = os.pipe()
+    try:
+        with pytest.raises(ConfigError, match="train reads its config from a file"):
+            load_yaml_file(f"/proc/self/fd/{read}")
+    finally:
+        os.close(read)
+        os.close(write)

@@ -162,7 +162,15 @@ _LOST_PEER_MARKERS = ("Connection reset by peer", "Connection closed by peer", "
 
 
 def lost_peer(exc: BaseException) -> str:
-    """How ``exc`` tells this rank that another rank is gone ("" when it is a failure of its own)."""
+    """How ``exc`` tells this rank that another rank is gone ("" when it is a failure of its own). A
+    torch.distributed.checkpoint save or load gathers each rank's exception into its ``failures``."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict):
+        for failure in failures.values():
+            found = lost_peer(failure[0] if isinstance(failure, tuple) else failure)
+            if found:
+                return found
+        return ""
     if isinstance(exc, getattr(dist, "DistNetworkError", ())):
         return type(exc).__name__
     if not isinstance(exc, RuntimeError):

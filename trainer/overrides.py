@@ -98,8 +98,10 @@ def load_yaml_file(path: str | Path) -> dict:
     alias expansion and plain data only. A clear ConfigError for anything that is not a YAML mapping."""
     path = Path(path)
     if not path.is_file():
-        if str(path) == "-":  # validate and diff read stdin; every worker of a run reads the file itself
-            raise ConfigError("-: train reads its config from a file (each worker reads it); save it first "
+        if str(path) == "-" or (path.exists() and not path.is_dir()):
+            # validate and diff read stdin; every worker of a run reads the file itself, so a pipe
+            # (`train <(recommend ... -o -)`) is read once and is gone for the others
+            raise ConfigError(f"{path}: train reads its config from a file (each worker reads it); save it first "
                               "(e.g. recipe-advisor recommend ... -o config.yaml)")
         what = "a folder, not a config file; name the YAML file in it" if path.is_dir() else "config file not found"
         raise ConfigError(f"{path}: {what}; pass the path of a YAML config")

@@ -210,7 +210,8 @@ def _refuse_yaml11_reading(text: str, value: int, subject: str, path: str, line:
         reading, fix = "a base-60 number", f"write {value} if that is meant, or quote it if it is text (a time)"
     elif len(body) > 1 and body[0] == "0" and body.isdigit() and int(body, 10) != abs(value):
         decimal = int(text.replace("_", ""), 10)
-        reading, fix = "an octal number", f"write {decimal} (as written) or {value} (octal) without the leading zero"
+        reading, fix = "an octal number", (f"write {decimal} (as written) or {value} (octal) without the leading zero, "
+                                           f"or quote it ('{text}') if it is text (a name, a folder)")
     else:
         return
     raise YamlError(f"{subject} is {text!r}, which YAML 1.1 reads as {reading}: {value}", path=path, line=line,
@@ -230,7 +231,7 @@ def integer(node: ScalarNode, subject: str, path: str, constructor: SafeConstruc
             node.value.isascii() and node.value.strip("+-0_:xXbB").isdigit()):  # '²'.isdigit() is True
         raise YamlError(f"{subject} is tagged as an integer but {node.value[:40]!r} is not one", path=path,
                         line=line, column=col, fix="write a number, or drop the !!int tag")
-    if value is not None and node.tag == INT_TAG and not node.style:
+    if value is not None and node.tag == INT_TAG:  # `!!int "0100"` is read as octal too
         _refuse_yaml11_reading(node.value, value, subject, path, line, col)
     if value is None or abs(value) >= INTEGER_LIMIT:
         padded = len(node.value) > MAX_INTEGER_CHARS and digits <= len(str(INTEGER_LIMIT))
