@@ -136,7 +136,7 @@ def why_chosen(rec: Recommendation) -> list[str]:
 
 def recommendation_response(rec: Recommendation, top: int) -> m.RecommendResponse:
     data = rec.to_dict()
-    others = [row.to_dict() for row in rec.plan.layouts if row is not rec.best][: top]
+    others = [row.to_dict(rec.plan.usable_gib) for row in rec.plan.layouts if row is not rec.best][: top]
     return m.RecommendResponse.model_validate({**data, "why": why_chosen(rec), "other_layouts": others})
 
 

@@ -203,21 +203,31 @@ class PlannedLayout:
     def __repr__(self) -> str:
         return f"PlannedLayout({self.layout}, sharding={self.sharding!r}, fits={self.fits})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self, usable_gib: Optional[float] = None) -> dict:
+        """The row as the JSON answers publish it; given the plan's ``usable_gib``, the published total agrees
+        with ``fits`` (a total a hair above the limit would otherwise round onto it)."""
         lay, t = self.layout, self.time
+        memory = self.memory.as_dict()
+        if usable_gib is not None:
+            usable = round(usable_gib, PUBLISHED_DIGITS)
+            step = 10.0 ** -PUBLISHED_DIGITS
+            if not self.fits and memory["total"] <= usable:
+                memory["total"] = round(usable + step, PUBLISHED_DIGITS)
+            elif self.fits and memory["total"] > usable:
+                memory["total"] = usable
         return {
             "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
             "dp": self.dp, "sp": lay.sp, "micro_batch_size": lay.micro_batch_size,
             "grad_accumulation_steps": self.grad_accumulation_steps, "recompute": lay.recompute,
             "sharding": self.sharding,
-            "memory_gib": self.memory.as_dict(),
+            "memory_gib": memory,
             "memory_stage": self.memory.stage,
             "fits": self.fits,
             # Significant digits, not decimals: a tiny model's step is under a millisecond and its
             # throughput in the millions, a CPU's a few tokens/s; both must multiply back to the batch.
             "step_time_s": _significant(t.step_time_s),
             "tokens_per_s_per_gpu": _significant(t.tokens_per_s_per_gpu),
-            "mfu": round(t.mfu, 4),
+            "mfu": _significant(t.mfu, 4),  # a tiny model's MFU is 1e-6, not 0
             "needs_pipeline_layout_string": self.needs_layout_string,
         }
 
@@ -270,7 +280,7 @@ class Plan:
                          "usable_gib": round(self.usable_gib, PUBLISHED_DIGITS)},
             "goal": req.goal, "engine": req.engine, "precision": req.precision, "fp8_recipe": req.fp8_recipe,
             "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length, "global_batch_size": req.global_batch_size,
-            "layouts": [row.to_dict() for row in rows],
+            "layouts": [row.to_dict(self.usable_gib) for row in rows],
             "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
                            for code, (finding, count) in sorted(self.rejections.items())],
         }

@@ -308,6 +308,7 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, nodes: 
 _REQUEST_FIELD = {"precision": "precision", "metadata.precision_recipe": "precision", "distributed.strategy": "engine",
                   "model.pretrained_model_name_or_path": "engine"}
 _CONFIG_TO_OPTION = ((re.compile(r"\bstrategy: (\w+)"), r"--engine \1 (API: engine \1)"),
+                     (re.compile(r"\ba GPU type \(hardware\.gpu_type\)"), "a GPU type (--gpu-type, API: gpu_type)"),
                      (re.compile(r"\bmetadata\.precision_recipe: (\w+)"), r"--precision \1 (API: precision \1)"),
                      (re.compile(r"\bprecision: (\w+)"), r"--precision \1 (API: precision \1)"))
 

@@ -564,3 +564,22 @@ def test_train_says_a_pipe_is_no_config_file():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_published_fits_agrees_with_the_published_total_and_mfu_is_never_zero(capsys):
+    """Bug hunt s12b A2, A3: a total a hair above the limit rounded onto it; MFU rounded to 0.0."""
+    assert main(["plan", "--model", "deepseek-v3", "--gpus", "1024", "--gpu-type", "l40s", "--goal", "sft",
+                 "--precision", "fp8", "--format", "json", "--top", "0"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    usable = plan["hardware"]["usable_gib"]
+    assert all(row["fits"] == (row["memory_gib"]["total"] <= usable) for row in plan["layouts"])
+    assert main(["plan", "--model", "tiny-llama", "--gpus", "64", "--gpu-type", "r100", "--goal", "peft",
+                 "--precision", "fp8mx", "--format", "json", "--top", "0"]) == 0
+    assert all(row["mfu"] > 0 for row in json.loads(capsys.readouterr().out)["layouts"])
+
+
+def test_an_moe_model_on_the_cpu_card_is_sent_to_a_gpu_type_too(capsys):
+    """Bug hunt s12b A1: the fix said --engine megatron, which the cpu card refuses in turn."""
+    assert main(["recommend", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 2
+    fix = capsys.readouterr().err.split("Fix:")[-1]
+    assert "--engine megatron" in fix and "--gpu-type" in fix

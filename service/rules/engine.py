@@ -99,13 +99,15 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
 def bundled_trainer_models(f: Facts) -> Optional[Violation]:
     if not bundled(f) or f.model is None:
         return None
+    # Megatron trains on CUDA GPUs only (RA-E006): on the cpu card the fix names a GPU type too.
+    gpu = " and a GPU type (hardware.gpu_type)" if f.hardware is not None and f.hardware.arch == "cpu" else ""
     if f.model.is_moe and not CAPABILITIES.get("moe"):
         return Violation(f"{f.model.id} is an MoE model; the bundled trainer runs dense decoders only",
-                         "use strategy: megatron (Megatron Bridge) for MoE models")
+                         f"use strategy: megatron (Megatron Bridge){gpu} for MoE models")
     model_type = f.model.model_type
     if model_type and model_type not in CAPABILITIES["model_types"]:
         return Violation(f"model_type {model_type!r} of {f.model.id} is not one the bundled trainer builds "
-                         f"({', '.join(CAPABILITIES['model_types'])})", "use strategy: megatron for this model")
+                         f"({', '.join(CAPABILITIES['model_types'])})", f"use strategy: megatron{gpu} for this model")
     return None
 
 
