@@ -132,6 +132,10 @@ CASES = [
                           "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 64}}),
     ("RA-D003", "dense", {"distributed.strategy": "fsdp2",  # 32 samples under one global batch of 64
                           "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 32}}),
+    ("RA-D004", "dense", {"distributed.strategy": "fsdp2",  # 3 samples: under 1 for each of 4 ranks (hunt s12b B2)
+                          "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 640},
+                          "validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096,
+                                                 "num_samples": 3}}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]

@@ -124,3 +124,20 @@ def mock_data_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
     return Violation(f"dataset.num_samples {_mock_samples(view)} is fewer than one global batch of {gbs} (over {dp} "
                      "data-parallel ranks): the trainer refuses to start", f"set dataset.num_samples to at least {gbs}",
                      key="dataset.num_samples")
+
+
+@config_rule("RA-D004", "error", "validation_dataset.num_samples", "the validation mock data holds a local batch per rank",
+             "trainer/recipes/train_ft.py: a validation loader with no batch is refused after the workers start")
+def validation_mock_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
+    cfg, facts = view.config, view.facts
+    if cfg is None or facts is None or cfg.validation_dataset is None or cfg.distributed.strategy == "megatron":
+        return None
+    section = cfg.validation_dataset
+    samples = mock_sample_count(section.target, section.kwargs())
+    local, dp = cfg.step_scheduler.local_batch_size, facts.dp
+    if samples is None or not dp or samples >= local * dp:
+        return None
+    return Violation(f"validation_dataset.num_samples {samples} is fewer than one local batch ({local}) per "
+                     f"data-parallel rank ({dp}): every rank's validation would be empty, and the trainer refuses "
+                     "it once the workers have started", f"set validation_dataset.num_samples to at least {local * dp}",
+                     key="validation_dataset.num_samples")
