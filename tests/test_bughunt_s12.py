@@ -583,3 +583,18 @@ def test_an_moe_model_on_the_cpu_card_is_sent_to_a_gpu_type_too(capsys):
     assert main(["recommend", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 2
     fix = capsys.readouterr().err.split("Fix:")[-1]
     assert "--engine megatron" in fix and "--gpu-type" in fix
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_prj"], ["q_proj", "embed_tokens"]])
+def test_every_lora_target_must_adapt_a_linear(targets):
+    """Bug hunt s12b B4: a typo beside a good entry trained nothing there, while adapter_config.json listed it."""
+    from trainer.model_checks import check_peft_targets
+    from trainer.models import build_causal_lm
+    from trainer.overrides import ConfigError
+    from trainer.peft import apply_lora
+
+    with pytest.raises(ConfigError, match=targets[1]):
+        check_peft_targets(targets, default_loader=True)
+    with pytest.raises(ValueError, match=targets[1]):
+        apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=targets)
+    apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=["q_proj", "lm_head"])

@@ -149,13 +149,14 @@ def declared_positions(section: Any) -> tuple[str, Optional[int]]:
 
 
 def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool) -> None:
-    """On the bundled decoder, ``peft.target_modules`` must name at least one of its linears
-    (trainer.peft.apply_lora matches module-name suffixes and refuses a list that matches none);
+    """On the bundled decoder, every entry of ``peft.target_modules`` must name one of its linears
+    (trainer.peft.apply_lora matches module-name suffixes and refuses an entry that matches none);
     "all-linear" always does."""
     if not default_loader or target_modules == ALL_LINEAR:
         return
-    if not any(str(t).rsplit(".", 1)[-1] in LINEAR_MODULES for t in target_modules):
+    unmatched = [t for t in target_modules if str(t).rsplit(".", 1)[-1] not in LINEAR_MODULES]
+    if unmatched:
         raise ConfigError(
-            f"peft.target_modules: {list(target_modules)} matches no linear layer of the model; "
+            f"peft.target_modules: {unmatched} matches no linear layer of the model; "
             f"use names from {', '.join(LINEAR_MODULES)}"
         )

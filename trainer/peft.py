@@ -85,11 +85,14 @@ def apply_lora(
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"peft.dropout must be in [0, 1), got {dropout}")
     targets = [(name, module) for name, module in model.named_modules() if _is_target(name, module, target_modules)]
-    if not targets:
-        raise ValueError(
-            f"peft.target_modules {list(target_modules) if not isinstance(target_modules, str) else target_modules} "
-            "matched no linear layer; use names such as q_proj, v_proj, gate_proj or 'all-linear'"
-        )
+    # Every entry must adapt something: a typo (v_prj) or a non-linear (embed_tokens) beside a good entry would
+    # otherwise train nothing there while adapter_config.json still lists it.
+    unmatched = [] if target_modules == ALL_LINEAR else [
+        t for t in target_modules if not any(_is_target(name, module, [t]) for name, module in targets)]
+    if not targets or unmatched:
+        shown = target_modules if isinstance(target_modules, str) else list(unmatched or target_modules)
+        raise ValueError(f"peft.target_modules {shown} matched no linear layer; use names such as q_proj, v_proj, "
+                         "gate_proj or 'all-linear'")
     for param in model.parameters():
         param.requires_grad_(False)
     meta = is_meta(model)
