@@ -598,3 +598,17 @@ def test_every_lora_target_must_adapt_a_linear(targets):
     with pytest.raises(ValueError, match=targets[1]):
         apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=targets)
     apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=["q_proj", "lm_head"])
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--optimizer.lr", "abc", "--optimizer.lr: Input should be a valid number"),
+    ("--step_scheduler.max_stepz", "3", "--step_scheduler.max_stepz: unknown key")])
+def test_a_bad_override_is_blamed_on_its_flag_not_the_file(flag, value, says):
+    """Bug hunt s12b B3: the error named the config file, whose own value was fine."""
+    from trainer.launch import load_config
+    from trainer.overrides import ConfigError
+
+    path = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, [flag, value])
+    assert str(refused.value).startswith(says) and path not in str(refused.value)

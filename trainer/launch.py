@@ -25,7 +25,7 @@ from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.model_checks import (check_model_keys, check_model_section, check_peft_targets, check_seq_lengths,
                                   declared_positions)
-from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file
+from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file, parse_overrides
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import derive_grad_acc_steps
 from trainer.text import one_line
@@ -44,24 +44,29 @@ def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], Recipe
     try:
         cfg = parse_config(raw)
     except ValueError as exc:  # pydantic.ValidationError
-        raise ConfigError(f"{path}: " + _format_validation_error(exc)) from None
+        flags = {key for key, _ in parse_overrides(overrides)}
+        raise ConfigError(_format_validation_error(exc, path, flags)) from None
     return raw, cfg
 
 
-def _format_validation_error(exc: Exception) -> str:
+def _format_validation_error(exc: Exception, path: str, flags: set[str] = frozenset()) -> str:
+    """One clause per problem, each naming where the value came from: the override flag that set the key
+    (or a section above it), else the config file."""
     errors = getattr(exc, "errors", None)
     if errors is None:
-        return str(exc)
+        return f"{path}: {exc}"
     lines = []
     for err in errors():
         key = ".".join(str(p) for p in err.get("loc", ()))
+        flag = next((f for f in flags if key == f or key.startswith(f + ".")), None)
+        where = f"--{flag}: " + (f"{key}: " if flag != key else "") if flag else f"{path}: {key}: "
         if err.get("type") == "extra_forbidden":
             section = key.rpartition(".")[0]
             known = sorted(section_fields(section)) if section else []
             hint = f"; known keys: {', '.join(known)}" if known else ""
-            lines.append(f"{key}: unknown key{hint}")
+            lines.append(f"{where}unknown key{hint}")
         else:
-            lines.append(f"{key}: {err.get('msg')} (got {err.get('input')!r})")
+            lines.append(f"{where}{err.get('msg')} (got {err.get('input')!r})")
     return "; ".join(lines)
 
 
