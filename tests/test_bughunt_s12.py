@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from recipe_index import find_bundled_model
@@ -272,8 +273,6 @@ def test_recipe_negotiation_honours_q_values_and_varies_on_accept(client, accept
 def test_a_recommended_uneven_pipeline_carries_its_split(client, model, gpus, split):
     answer = client.post("/v1/recommend", json={"model": model, "gpus": gpus, "gpu_type": "h100",
                                                 "goal": "pretrain"}).json()
-    import yaml
-
     config = yaml.safe_load(answer["config_yaml"])
     layers = find_bundled_model(model).num_hidden_layers
     dist = config["distributed"]
@@ -311,8 +310,6 @@ def test_a_layout_string_takes_no_split_settings_and_a_stale_split_goes():
      {"num_layers_in_first_pipeline_stage": 12, "num_layers_in_last_pipeline_stage": 8})])
 def test_the_split_follows_the_layout_the_overrides_end_with(capsys, tmp_path, overrides, split):
     """Review s12 F1: the split was placed for the planner's layout before the overrides moved it."""
-    import yaml
-
     out = tmp_path / "c.yaml"
     args = ["recommend", "--model", "llama3-8b", "--gpus", "3", "--gpu-type", "h100", "--goal", "pretrain",
             "-o", str(out), *overrides]
@@ -438,7 +435,6 @@ def test_the_pre_commit_hook_checks_recipe_folders_only(path, checked):
     """Bug hunt s12 M18: the hook matched every YAML, failing any commit that touched a workflow."""
     import re
 
-    import yaml
 
     [hook] = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     assert bool(re.search(hook["files"], path) and not re.search(hook["exclude"], path)) is checked
@@ -612,3 +608,45 @@ def test_a_bad_override_is_blamed_on_its_flag_not_the_file(flag, value, says):
     with pytest.raises(ConfigError) as refused:
         load_config(path, [flag, value])
     assert str(refused.value).startswith(says) and path not in str(refused.value)
+
+
+def test_a_consolidated_checkpoint_carries_the_tokenizer_its_data_was_encoded_with(tmp_path):
+    """Bug hunt s12b B1: fine-tuning from the trainer's own checkpoint could not name its tokenizer (RA-D001's fix
+    `dataset.tokenizer: <folder>` was refused: no tokenizer.json there)."""
+    from tests.trainer_harness import assert_clean_exit, run_trainer, write_config
+    from trainer.data import ByteTokenizer, load_tokenizer
+
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": f"sample {i}: héllo wörld ✓ " * 4}) + "\n" for i in range(64)))
+    config = write_config(tmp_path, {"step_scheduler": {"max_steps": 1, "checkpoint_interval": 1}})
+    settings = yaml.safe_load(config.read_text())
+    settings["dataset"] = {"_target_": "trainer.data.JsonlPretrainDataset", "path": str(data), "seq_length": 32}
+    config.write_text(yaml.safe_dump(settings))
+    assert_clean_exit(run_trainer(config, nproc=0))
+    folder = tmp_path / "ckpt" / "epoch_0_step_1" / "model" / "consolidated"
+    tokenizer, byte = load_tokenizer(str(folder), "dataset.tokenizer"), ByteTokenizer()
+    text = "ab ✓ 日本\n\tz"
+    assert tokenizer.encode(text) == byte.encode(text) and tokenizer.decode(byte.encode(text)) == text
+    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (byte.bos_id, byte.eos_id, byte.pad_id)
+
+
+def test_mock_data_leaves_no_tokenizer_and_a_model_tokenizer_is_copied(tmp_path):
+    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
+
+    class Section:
+        def __init__(self, target, **kwargs):
+            self.target, self._kwargs = target, kwargs
+
+        def kwargs(self):
+            return self._kwargs
+
+    assert training_tokenizer(Section("trainer.data.MockDataset")) is None
+    assert training_tokenizer(Section("trainer.data.JsonlSFTDataset", path="x")) == "byte"
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "tokenizer.json").write_text("{}")
+    (source / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
+    out = tmp_path / "out"
+    out.mkdir()
+    save_tokenizer(str(source / "tokenizer.json"), out)
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]

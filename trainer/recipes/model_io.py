@@ -197,6 +197,7 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
     """
     from trainer.hf_io import save_hf_model
     from trainer.models import unwrap_model
+    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
     from trainer.parallelize import full_state_dict
 
     config = unwrap_model(model).config
@@ -210,6 +211,7 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         state = full_state_dict(model)
         if info.is_main:
             save_hf_model(state, config, out_dir / CONSOLIDATED)
+            save_tokenizer(training_tokenizer(cfg.dataset), out_dir / CONSOLIDATED)
         return
     from trainer.peft import lora_scalings, merged_state_dict, save_adapter
 
@@ -220,3 +222,4 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         state = full_state_dict(model)
         if info.is_main:
             save_hf_model(merged_state_dict(state, lora_scalings(model)), config, out_dir / CONSOLIDATED)
+            save_tokenizer(training_tokenizer(cfg.dataset), out_dir / CONSOLIDATED)
