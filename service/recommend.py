@@ -22,7 +22,7 @@ from typing import Optional, Union
 
 import yaml
 
-from recipe_index import get_hardware, resolve_model
+from recipe_index import find_bundled_model, get_hardware, resolve_model
 from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service import constants as C
@@ -100,16 +100,20 @@ def contract_source(card: ModelCard, goal: str, engine: str, recipe: Optional[Re
 
     The base recipe's own (``base``: its config, when the caller has loaded it), except on the bundled
     engine with a stand-in recipe of another model: then the model's Megatron library recipe, when the
-    index has one, sets the contract.
+    index has one, sets the contract; for a model the index does not bundle (a local config.json, a Hub
+    repo) on GPUs, the library recipe of the closest size that the Megatron engine starts from, rather than
+    the stand-in's CPU smoke-test contract (fp32, 64-token sequences), which the cpu card keeps.
     """
     base = base_config(recipe) if base is None else base
     if engine != "bundled" or (recipe is not None and recipe.model == card.id):
         return base
     library, _ = choose_recipe(card, goal, "megatron", hardware, world, seq, precision)
-    if library is None or library.model != card.id:
+    smoke_test = find_bundled_model(card.id) is not None or get_hardware(hardware).arch == "cpu"
+    if library is None or (library.model != card.id and smoke_test):
         return base
-    notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, "
-                 f"{card.id}'s library recipe")
+    whose = f"{card.id}'s library recipe" if library.model == card.id else \
+        f"the library recipe of the closest size in the index ({library.model})"
+    notes.append(f"convergence contract (global batch, sequence length, precision) from {library.name}, {whose}")
     if library.mode != goal:  # the index has no library recipe of this goal for the model
         notes.append(f"{library.name} is a {library.mode} recipe (the index has no {goal} recipe for {card.id}): "
                      f"its LR, steps, warmup and global batch are {library.mode} values; check them for {goal} "

@@ -164,7 +164,8 @@ def _pretrained_weights(config: dict, card: ModelCard, notes: list[str]) -> None
     folder = Path(card.hf_id) if card.hf_id else None
     if folder is not None and folder.is_dir():  # a local model: only the weights that lie beside it
         if not has_hf_weights(folder):
-            notes.append(f"no safetensors beside {folder}/config.json ({SINGLE_FILE} or its index): fine-tuning "
+            config_file = Path(card.id) if card.id.endswith(".json") else folder / "config.json"  # as given
+            notes.append(f"no safetensors beside {config_file} ({SINGLE_FILE} or its index): fine-tuning "
                          "starts from the trainer's deterministic initialisation; put the model's weights there")
             return
         _set(config, "model.load_weights", True)

@@ -650,3 +650,16 @@ def test_mock_data_leaves_no_tokenizer_and_a_model_tokenizer_is_copied(tmp_path)
     out.mkdir()
     save_tokenizer(str(source / "tokenizer.json"), out)
     assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+def test_a_local_config_on_gpus_keeps_the_library_contract_on_the_bundled_engine(capsys):
+    """Bug hunt s12b A4: a local config.json took the CPU smoke recipe's contract (fp32, seq 64) onto an H100."""
+    local = str(REPO / "recipe_index" / "models" / "llama31-8b.json")
+    contracts = []
+    for model in (local, "llama31-8b"):
+        assert main(["recommend", "--model", model, "--gpus", "8", "--gpu-type", "h100", "--engine", "bundled",
+                     "--format", "json"]) == 0
+        config = json.loads(capsys.readouterr().out)["config"]
+        contracts.append((config["precision"], config["dataset"]["seq_length"],
+                          config["step_scheduler"]["global_batch_size"]))
+    assert contracts[0] == contracts[1] == ("bf16", 8192, 512)
