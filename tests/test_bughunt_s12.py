@@ -663,3 +663,13 @@ def test_a_local_config_on_gpus_keeps_the_library_contract_on_the_bundled_engine
         contracts.append((config["precision"], config["dataset"]["seq_length"],
                           config["step_scheduler"]["global_batch_size"]))
     assert contracts[0] == contracts[1] == ("bf16", 8192, 512)
+
+
+@pytest.mark.parametrize("override, says", [
+    (["--dataset.tokenizer", "Qwen/Qwen3-8B"], "dataset.tokenizer"),
+    (["--model.pretrained_model_name_or_path", "qwen3-600m", "--model.load_weights", "true"], "model.load_weights")])
+def test_dry_run_offline_refuses_what_the_cache_lacks_for_a_bundled_model(offline_hub, capsys, override, says):  # noqa: F811
+    """Bug hunt s12b B6: a bundled model's tokenizer and weights come from the cache too; the workers refused them."""
+    sft = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_sft.yaml")
+    assert main(["train", sft, "--dry-run", *override]) == 2
+    assert says in capsys.readouterr().err

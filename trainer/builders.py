@@ -186,17 +186,16 @@ def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool =
     bundled id or alias with published weights, or a Hugging Face repo id) whose tokenizer is read from
     the Hugging Face cache, fetched there first unless HF_HUB_OFFLINE is set. Fine-tuning published
     weights needs the tokenizer they were trained with: other token ids mean other things to them.
-    ``fetch=False`` (the launcher's pre-flight) downloads nothing and leaves a bundled model's tokenizer
-    to the workers, as it leaves the weights (None; check_model_source alike); a Hugging Face repo id
-    that is no bundled model is looked up in the cache under HF_HUB_OFFLINE, so a missing one is
-    refused before launch, as the workers would refuse it."""
+    ``fetch=False`` (the launcher's pre-flight) downloads nothing: online it leaves a model's tokenizer to
+    the workers (None); under HF_HUB_OFFLINE it looks a model's up in the cache (a bundled card ships no
+    tokenizer either), so a missing one is refused before launch, as the workers would refuse it."""
     try:
         path = resolve_data_path(spec, field)
     except FieldError:
         repo = _model_repo(spec) if isinstance(spec, str) else None
         if repo is None:
             raise
-        if fetch or (hub_offline() and find_bundled_model(spec) is None):
+        if fetch or hub_offline():
             return _hub_tokenizer(repo, spec, field)
         return None
     if path.is_dir():

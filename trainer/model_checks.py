@@ -52,20 +52,31 @@ def check_model_section(section: Any) -> None:
     """For the default loader: its keys, the attention implementation and the model name."""
     check_model_keys(section)
     if section.target is None and section.pretrained_model_name_or_path:
-        check_model_source(section.pretrained_model_name_or_path)
+        check_model_source(section.pretrained_model_name_or_path,
+                           weights=section.kwargs().get("load_weights") is True)
 
 
-def check_model_source(name: str) -> None:
+def check_model_source(name: str, weights: bool = False) -> None:
     """Refuse a name the workers certainly cannot resolve (trainer.models.builder.resolve_config's order:
     a local path, a bundled id, the Hugging Face hub). Only with HF_HUB_OFFLINE set is "not on the hub"
-    certain (not in the local cache); online, a hub id is left to the workers, which download it."""
+    certain (not in the local cache); online, a hub id is left to the workers, which download it.
+    ``weights`` (``load_weights: true``): a bundled card ships a config, not weights, which come from the
+    Hugging Face cache like any repo's."""
     if Path(name).expanduser().exists():
         return
     try:
         from recipe_index.models import find_bundled_model, hub_offline, model_suggestions
     except ImportError:  # the trainer installed without the index: the workers decide
         return
-    if find_bundled_model(name) is not None or not hub_offline():
+    card = find_bundled_model(name)
+    if not hub_offline():
+        return
+    if card is not None:
+        if weights and card.hf_id and not (_in_hub_cache(card.hf_id, SINGLE_FILE)
+                                           or _in_hub_cache(card.hf_id, INDEX_FILE)):
+            raise ConfigError(f"model.load_weights: {name!r}'s weights ({card.hf_id}) are not in the Hugging Face "
+                              f"cache (HF_HUB_OFFLINE is set); download them first (huggingface-cli download "
+                              f"{card.hf_id}), or train from the deterministic initialisation (load_weights: false)")
         return
     if _in_hub_cache(name):
         return
@@ -78,11 +89,11 @@ def check_model_source(name: str) -> None:
     )
 
 
-def _in_hub_cache(repo_id: str) -> bool:
+def _in_hub_cache(repo_id: str, filename: str = "config.json") -> bool:
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+        return isinstance(try_to_load_from_cache(repo_id, filename), str)
     except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
         return False
 
