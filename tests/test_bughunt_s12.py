@@ -673,3 +673,14 @@ def test_dry_run_offline_refuses_what_the_cache_lacks_for_a_bundled_model(offlin
     sft = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_sft.yaml")
     assert main(["train", sft, "--dry-run", *override]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_lora_targets_that_select_the_same_modules_are_one_setup():
+    """Bug hunt s12b B5: a repeated name or a dotted suffix was "another PEFT setup" on resume."""
+    from trainer.checkpoint import model_signature
+
+    lora = {"method": "lora", "rank": 8, "alpha": 16}
+    plain = model_signature(None, {**lora, "target_modules": ["q_proj", "v_proj"]})["peft"]
+    for same in (["v_proj", "q_proj", "q_proj"], ["self_attn.q_proj", "v_proj"]):
+        assert model_signature(None, {**lora, "target_modules": same})["peft"] == plain
+    assert model_signature(None, {**lora, "target_modules": ["q_proj", "k_proj"]})["peft"] != plain

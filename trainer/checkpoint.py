@@ -175,11 +175,14 @@ def checked_resume(cfg: Any, checkpoint_dir: Path, world_size: Optional[int],
 # ----------------------------------------------------------------------------- compatibility
 
 def _targets(target_modules: Any) -> list:
-    # A list in any order names the same modules; "all-linear" names the decoder's linears but the LM
-    # head (trainer.peft), so it and that list written out are one setting.
+    # A list in any order, with repeats, names the same modules; on the bundled decoder a dotted suffix
+    # (self_attn.q_proj) selects what its last part does (every layer has one q_proj); "all-linear" names
+    # the decoder's linears but the LM head (trainer.peft), so it and that list written out are one setting.
     if target_modules == ALL_LINEAR:
         return sorted(m for m in LINEAR_MODULES if m != "lm_head")
-    return sorted(target_modules or [])
+    names = {str(t).rsplit(".", 1)[-1] if str(t).rsplit(".", 1)[-1] in LINEAR_MODULES else str(t)
+             for t in target_modules or []}
+    return sorted(names)
 
 
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:
