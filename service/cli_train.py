@@ -102,6 +102,11 @@ def run_argv(argv: list[str]) -> int:
     from trainer.launch import load_config, preflight
     from trainer.overrides import ConfigError
 
+    misspelt = next((arg.split("=")[0] for arg in overrides
+                     if arg.startswith("--") and arg.split("=")[0].replace("_", "-") in LAUNCHER_FLAGS), None)
+    if misspelt:  # torchrun's own spelling (--nproc_per_node) would read as a config key
+        print(f"error: {misspelt}: a launcher flag is spelt {misspelt.replace('_', '-')} here", file=sys.stderr)
+        return 2
     nnodes = args.nnodes
     if nnodes > 1 and not args.rdzv_endpoint:
         print("error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)", file=sys.stderr)

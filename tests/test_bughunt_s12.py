@@ -684,3 +684,10 @@ def test_lora_targets_that_select_the_same_modules_are_one_setup():
     for same in (["v_proj", "q_proj", "q_proj"], ["self_attn.q_proj", "v_proj"]):
         assert model_signature(None, {**lora, "target_modules": same})["peft"] == plain
     assert model_signature(None, {**lora, "target_modules": ["q_proj", "k_proj"]})["peft"] != plain
+
+
+def test_torchruns_spelling_of_a_launcher_flag_is_named(capsys):
+    """Bug hunt s12b B3: `--nproc_per_node 1` was an unknown key of the config file."""
+    config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
+    assert main(["train", config, "--dry-run", "--nproc_per_node", "1"]) == 2
+    assert "--nproc_per_node: a launcher flag is spelt --nproc-per-node here" in capsys.readouterr().err
