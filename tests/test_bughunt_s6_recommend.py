@@ -12,6 +12,7 @@ from service.planner import make_request, plan
 from service.recommend import recommend
 from service.yamlio import OverrideError
 from recipe_index import get_hardware, resolve_model
+from tests.test_index_models import _cache_repo, offline_hub  # noqa: F401 (a fixture)
 from trainer.dotted import get_dotted
 
 
@@ -166,10 +167,19 @@ def test_override_values_are_bounded_and_checked_like_the_fields():
     ("tiny-llama", 2, "cpu", "sft"),
     ("qwen3-8b", 16, "a100-40gb", "sft"),
 ])
-def test_what_recommend_writes_for_the_bundled_trainer_passes_its_preflight(tmp_path, model, gpus, gpu_type, goal):
-    # review s6 #1: validate passed configs that the trainer's pre-flight then refused.
+def test_what_recommend_writes_for_the_bundled_trainer_passes_its_preflight(tmp_path, offline_hub, model, gpus,
+                                                                            gpu_type, goal):
+    # review s6 #1: validate passed configs that the trainer's pre-flight then refused. Offline, the pre-flight
+    # also asks the Hugging Face cache for the published tokenizer and weights SFT/PEFT start from (bug hunt
+    # s12b B6): here the cache holds them, as it must before such a run.
     from trainer.launch import load_config, preflight
 
+    hf_id = resolve_model(model).hf_id
+    if hf_id:
+        _cache_repo(offline_hub, hf_id, {})
+        snapshot = next((offline_hub / ("models--" + hf_id.replace("/", "--")) / "snapshots").iterdir())
+        (snapshot / "tokenizer.json").write_text("{}")
+        (snapshot / "model.safetensors").write_bytes(b"")
     rec = recommend(model, gpus, gpu_type, engine="bundled", goal=goal)
     assert rec.errors == 0
     path = tmp_path / "c.yaml"
