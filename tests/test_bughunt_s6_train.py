@@ -289,7 +289,9 @@ def test_a_sigint_while_a_finished_run_tears_down_is_quiet(tmp_path):
 # handler, a worker's imports ended in a traceback.
 EARLY_CTRL_C = {
     "while train checks the config": (
-        "import os, signal, sys\nimport service.cli_train as ct\nreal = ct.report_validation\n"
+        # Python keeps SIGINT ignored when its parent ignored it (a pytest-xdist worker does): a shell does not
+        "import os, signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "import service.cli_train as ct\nreal = ct.report_validation\n"
         "def report_validation(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
         "ct.report_validation = report_validation\nfrom service.cli import main\n"
         "sys.exit(main(['train', sys.argv[1], '--nproc-per-node', '2']))"),
