@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 import recipe_index as index
 from recipe_index.errors import UnknownHardwareError
 from service import api_models as m
+from service.accept import media_ranges, quality
 from service.http_limits import StrictRequestRoute, client_error
 from service.lookups import lookup_hardware, lookup_model
 from service.validate import validate_text
@@ -47,42 +48,13 @@ def _media_type(request: Request) -> str:
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
 
-def _media_ranges(accept: str) -> list[tuple[str, float]]:
-    ranges = []
-    for media_range in accept.lower().split(","):
-        kind, *params = (part.strip() for part in media_range.split(";"))
-        q = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip() == "q":
-                try:
-                    q = min(max(float(value), 0.0), 1.0)
-                except ValueError:
-                    q = 0.0
-        if kind:
-            ranges.append((kind, q))
-    return ranges
-
-
-def _quality(ranges: list[tuple[str, float]], media_type: str) -> tuple[float, int]:
-    """(q, specificity) of ``media_type`` under the Accept header's ranges: the most specific range that
-    matches decides (RFC 9110 12.5.1: `application/json;q=0` beats `*/*`); (0, -1) when none does."""
-    main_type = media_type.split("/")[0]
-    best = (0.0, -1)
-    for kind, q in ranges:
-        specificity = 2 if kind == media_type else 1 if kind == f"{main_type}/*" else 0 if kind == "*/*" else -1
-        if specificity > best[1] or (specificity == best[1] >= 0 and q > best[0]):
-            best = (q, specificity)
-    return best
-
-
 def _wants_yaml(request: Request) -> bool:
-    """YAML where the client ranks a YAML type above JSON, or as high while naming it (``*/*`` alone is JSON,
-    the default; ``application/yaml;q=0`` refuses YAML)."""
-    ranges = _media_ranges(request.headers.get("accept", ""))
-    yaml_q, named = max(_quality(ranges, t) for t in _YAML_TYPES)
-    json_q, _ = _quality(ranges, "application/json")
-    return yaml_q > json_q or (yaml_q == json_q > 0 and named >= 1)
+    """YAML where the client ranks a YAML type above JSON, or as high while naming it exactly (``*/*`` or
+    ``application/*`` alone is JSON, the default; ``application/yaml;q=0`` refuses YAML)."""
+    ranges = media_ranges(request.headers.get("accept", ""))
+    yaml_q, specificity = max(quality(ranges, t) for t in _YAML_TYPES)
+    json_q, _ = quality(ranges, "application/json")
+    return yaml_q > json_q or (yaml_q == json_q > 0 and specificity == 2)
 
 
 @contextmanager

@@ -390,7 +390,8 @@ def diff(base: dict, new: dict) -> list[Change]:
                                   BRIDGE_RECIPE_VALUE if new_value is MISSING else new_value,
                                   "convergence", _UNRECORDED_REASON))
             continue
-        if same_setting(key, effective_value(left, key), effective_value(right, key)) or _same_model(key, old, new_value):
+        same = same_setting(key, effective_value(left, key), effective_value(right, key))
+        if same or _same_model(key, old, new_value):
             continue
         layer, reason = classify(key, old, new_value, global_batch_changed=gbs_changed)
         changes.append(Change(key, old, new_value, layer, reason))

@@ -8,11 +8,14 @@ Each command module exposes ``add_parser(subparsers)`` (which sets
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for Ctrl-C
+_WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}  # writing stdout to a full or failing disk
 
 # command name -> module that implements it
 COMMANDS: dict[str, str] = {
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except OSError as err:
-        if err.filename is not None:  # a file of the command's own: its handler should have said which
+        if err.filename is not None or err.errno not in _WRITE_FAILURES:  # not stdout's: the command's own error
             raise
         # stdout itself cannot be written (`> /dev/full`, a full disk, a quota): one line, not a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -86,7 +89,7 @@ def _dispatch(argv: list[str]) -> int:
         try:
             return cli_train.run_argv(argv[1:])
         except KeyboardInterrupt:  # a Ctrl-C before torch.distributed.run takes SIGINT over: nothing started yet
-            return 130
+            return EXIT_INTERRUPTED
     args, unknown = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -100,7 +103,7 @@ def _dispatch(argv: list[str]) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -29,8 +29,12 @@ STDOUT = "-"  # `-o -`, as `validate -` and `diff BASE -` read stdin
 DEFAULT_CONFIG = "config.yaml"  # the file the commands read when no file is written
 
 
-_STREAMS = {"/dev/stdout": sys.stdout, "/dev/fd/1": sys.stdout, "/proc/self/fd/1": sys.stdout,
-            "/dev/stderr": sys.stderr, "/dev/fd/2": sys.stderr, "/proc/self/fd/2": sys.stderr}
+_STREAMS = {"/dev/stdout": "stdout", "/dev/fd/1": "stdout", "/proc/self/fd/1": "stdout",
+            "/dev/stderr": "stderr", "/dev/fd/2": "stderr", "/proc/self/fd/2": "stderr"}
+
+
+class PartlyWritten(OSError):
+    """The in-place write of ``_save`` failed midway: the file holds part of the new config."""
 
 
 def _save(path: Path, text: str) -> Optional[str]:
@@ -38,7 +42,7 @@ def _save(path: Path, text: str) -> Optional[str]:
     it names. Written in place, and then said so (the returned note): the process's own stdout or stderr (the
     shell may have sent it to a file, which a replacement would cut off from what is printed next), a device
     or pipe, and a writable file in a folder where no staging file can be made."""
-    stream = _STREAMS.get(str(path))
+    stream = getattr(sys, _STREAMS[str(path)]) if str(path) in _STREAMS else None  # as redirected now
     if stream is not None:
         stream.write(text)
         stream.flush()
@@ -56,7 +60,10 @@ def _save(path: Path, text: str) -> Optional[str]:
     except PermissionError:
         if not (target.is_file() and os.access(target, os.W_OK)):
             raise
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise PartlyWritten(err.errno, err.strerror, str(path)) from err
         return f"note: {path} was written in place, not replaced whole: its folder takes no staging file"
     return None
 
@@ -112,10 +119,10 @@ def summary_text(rec: Recommendation) -> str:
 def run(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", []) or [])
     to_stdout = args.output == STDOUT
-    if to_stdout and args.format == "json":
+    if (to_stdout or _STREAMS.get(args.output or "") == "stdout") and args.format == "json":
         # One stream cannot hold both documents; the JSON carries the YAML as config_yaml.
-        print("error: -o -: --format json writes its JSON to stdout, where -o - writes the config YAML; use one "
-              "(the JSON holds the YAML as config_yaml, or give -o FILE)", file=sys.stderr)
+        print(f"error: -o {args.output}: --format json writes its JSON to stdout, where -o {args.output} writes the "
+              "config YAML; use one (the JSON holds the YAML as config_yaml, or give -o FILE)", file=sys.stderr)
         return EXIT_UNUSABLE
     if args.output is not None and not args.output.strip():
         print("error: -o: an empty file name (an unset variable in -o \"$OUT\"?); name a file, or - for stdout",
@@ -149,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
             note = _save(Path(args.output), rec.config_yaml)
         except OSError as err:
             # After the rename only the folder's sync can fail: then the new config is in place.
-            state = ("the new config is in place, but the folder could not be synced"
+            state = ("written in place, it may hold part of the new config" if isinstance(err, PartlyWritten) else
+                     "the new config is in place, but the folder could not be synced"
                      if _holds(Path(args.output), rec.config_yaml) else "the file is as it was")
             print(f"error: cannot write {args.output}: {err.strerror or err} ({state})", file=sys.stderr)
             return EXIT_UNUSABLE

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as err:
-        print(f"recipe-advisor serve: --host {args.host!r} is not an address or name of this machine ({err}); "
+        print(f"recipe-advisor serve: --host {args.host!r} cannot be resolved to an address ({err}); "
               "use 127.0.0.1, 0.0.0.0 or an interface's address", file=sys.stderr)
         return 2
     import uvicorn

@@ -84,7 +84,7 @@ class Recommendation:
             "recipe": None if self.recipe is None else {
                 "name": self.recipe.name, "kind": self.recipe.kind, "megatron_recipe": self.recipe.megatron_recipe},
             "notes": self.notes,
-            "layout": self.best.to_dict(),
+            "layout": self.best.to_dict(self.plan.usable_gib),
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
             "changes": [c.to_dict() for c in self.changes],

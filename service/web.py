@@ -30,6 +30,7 @@ from service import api_models as m
 from service.api_advise import recommend_answer
 from service.facts import split_world
 from service.http_limits import MAX_BODY_BYTES, REPEATED_PARAMETER
+from service.accept import media_ranges, quality
 from service.lookups import lookup_model
 from service.memory import gib_text
 from service.rules.precision import FP8_RECIPES
@@ -291,7 +292,8 @@ async def _recommendation(request: Request, download: bool = False) -> tuple[Opt
             if status == 200:
                 return data, None, query, filename
             problems = [Problem(_form_wording(data["detail"]), data.get("field"), data.get("suggestions") or [])]
-    if download and "text/html" not in request.headers.get("accept", ""):
+    html_q, named = quality(media_ranges(request.headers.get("accept", "")), "text/html")
+    if download and not (html_q > 0 and named >= 1):  # a browser names text/html; curl's */* does not
         lines = [f"error: {p.field + ': ' if p.field else ''}{p.message}" for p in problems]
         return None, PlainTextResponse("\n".join(lines) + "\n", status_code=status), query, ""
     page = render(request, "index.html", {**_form_context(form), "problems": problems}, status_code=status)

@@ -334,54 +334,6 @@ def test_recommend_json_holds_a_nan_override_as_a_string(client, capsys):
     assert answer["config"]["model"]["moe_aux_loss_coeff"] == "nan"
 
 
-# ---- H15, H16, R2: values the two readers took differently, or YAML 1.1 guesses ------------------------------
-
-def _trainer_reads(tmp_path, text: str):
-    from trainer.launch import load_config
-    from trainer.overrides import ConfigError
-
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    try:
-        return load_config(str(path), [])[1]
-    except ConfigError as err:
-        return err
-
-
-def test_an_empty_checkpoint_folder_is_refused_naming_the_key(tmp_path):
-    from service.validate import validate_text
-
-    text = BUNDLED_SFT.replace("checkpoint_dir: checkpoints/tiny_llama_sft", 'checkpoint_dir: ""')
-    assert text != BUNDLED_SFT
-    [finding] = [f for f in validate_text(text, "c.yaml").findings if f.severity == "error"]
-    assert (finding.code, finding.key) == ("RA-C002", "checkpoint.checkpoint_dir")
-    assert "working folder" in str(_trainer_reads(tmp_path, text))
-
-
-def test_a_date_like_value_is_text_to_validate_and_to_the_trainer(tmp_path):
-    from service.validate import validate_text
-
-    text = BUNDLED_SFT.replace("checkpoint_dir: checkpoints/tiny_llama_sft", "checkpoint_dir: 2024-01-01")
-    assert not [f for f in validate_text(text, "c.yaml").findings if f.severity == "error"]
-    assert _trainer_reads(tmp_path, text).checkpoint.checkpoint_dir == "2024-01-01"
-
-
-@pytest.mark.parametrize("written, value", [("064", 52), ("1:30", 90), ("0_100", 64)])
-def test_yaml11_octal_and_base60_integers_are_refused_not_guessed(tmp_path, written, value):
-    from service.validate import validate_text
-
-    from service.yamlio import YamlError
-
-    text = BUNDLED_SFT.replace("global_batch_size: 8", f"global_batch_size: {written}")
-    assert text != BUNDLED_SFT
-    with pytest.raises(YamlError, match=f"is {written!r}, which YAML 1.1 reads as .*: {value}") as refused:
-        validate_text(text, "c.yaml")
-    assert refused.value.line == 19 and str(value) in refused.value.fix
-    assert "YAML 1.1" in str(_trainer_reads(tmp_path, text))
-    for fine in ("0", "100", "0x40", "'064'"):
-        validate_text(text.replace(f"global_batch_size: {written}", f"global_batch_size: {fine}"), "c.yaml")
-
-
 def test_an_octal_looking_override_is_refused_like_the_file(client):
     answer = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100",
                                                 "overrides": {"step_scheduler.global_batch_size": "0100"}})
@@ -408,14 +360,6 @@ def test_a_file_named_twice_is_validated_once(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "a.yaml", "./a.yaml", str(tmp_path), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["files"] == 1
-
-
-@pytest.mark.parametrize("name, says", [("-", "train reads its config from a file"), (".", "a folder, not a config")])
-def test_train_names_why_a_path_is_no_config(name, says):
-    from trainer.overrides import ConfigError, load_yaml_file
-
-    with pytest.raises(ConfigError, match=says):
-        load_yaml_file(name)
 
 
 def test_tp_over_pcie_inside_an_l40s_node_is_not_called_inter_node():
@@ -464,24 +408,6 @@ def test_a_memory_fix_that_cannot_close_the_gap_says_so():
     assert fixes and "not enough alone" not in fixes[0].split(";")[0]  # here micro batch / recompute do close it
 
 
-@pytest.mark.parametrize("value", ["=", "<<"])
-def test_a_bare_yaml11_special_key_as_a_value_says_quote_it(tmp_path, value):
-    """Bug hunt s12 M20: `description: =` was refused as "YAML tag !!value is not allowed" (no tag was written)."""
-    from service.validate import validate_text
-    from service.yamlio import YamlError
-    from trainer.overrides import ConfigError, coerce_value
-
-    text = BUNDLED_SFT.replace("metadata:\n", f"metadata:\n  description: {value}\n", 1)
-    with pytest.raises(YamlError, match="YAML 1.1 reads as a special key") as refused:
-        validate_text(text, "c.yaml")
-    assert refused.value.fix == f"quote it ('{value}') if it is text"
-    assert "quote it" in str(_trainer_reads(tmp_path, text))
-    with pytest.raises(ConfigError, match="quote it"):
-        coerce_value(value)
-    merged = "base: &b {name: x}\nmetadata:\n  <<: *b\n  description: d\n"
-    assert (tmp_path / "m.yaml").write_text(merged) and _trainer_reads(tmp_path, merged) is not None
-
-
 def test_an_empty_uploaded_file_is_named(client):
     """Bug hunt s12 M7: an empty upload was answered "paste a YAML config or choose a file"."""
     page = client.post("/validate", files={"file": ("empty.yaml", b"", "application/yaml")}, data={"yaml": ""})
@@ -497,7 +423,7 @@ def test_an_unwritable_stdout_is_one_error_line():
     assert result.returncode == 2 and result.stderr == "error: cannot write the output: No space left on device\n"
 
 
-@pytest.mark.parametrize("flags, says", [(["--host", "bad host"], "--host 'bad host' is not an address"),
+@pytest.mark.parametrize("flags, says", [(["--host", "bad host"], "--host 'bad host' cannot be resolved"),
                                           (["--root-path", "advisor"], "--root-path 'advisor' must start with /")])
 def test_serve_names_a_bad_flag_before_starting(capsys, flags, says):
     """Bug hunt s12 M5: uvicorn's own "Name or service not known" named neither flag nor value."""
@@ -514,16 +440,6 @@ def test_an_uncached_hub_model_offline_says_how_to_fetch_it(offline_hub):  # noq
         resolve_model("org-s12/absent")
     text = str(refused.value)
     assert "local_files_only" not in text and "huggingface-cli download org-s12/absent config.json" in text
-
-
-def test_a_lost_peer_inside_a_checkpoint_save_is_named():
-    """Review s12 F10: a survivor of a peer lost mid-save printed a traceback, not "another rank left"."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    from trainer.dist import lost_peer
-
-    assert lost_peer(CheckpointException("write", {1: (RuntimeError("Connection reset by peer"), None)}))
-    assert not lost_peer(CheckpointException("write", {0: (OSError("No space left on device"), None)}))
 
 
 @pytest.mark.parametrize("accept, yaml", [("*/*, application/json;q=0", True), ("text/*", True),
@@ -549,19 +465,6 @@ def test_validate_names_each_folder_once_and_the_hidden_folders_it_skipped(tmp_p
     assert main(["validate", ""]) == 2 and "an empty path" in capsys.readouterr().err
 
 
-def test_train_says_a_pipe_is_no_config_file():
-    """Review s12 F15: `train <(recommend ... -o -)` was "config file not found"."""
-    from trainer.overrides import ConfigError, load_yaml_file
-
-    read, write = os.pipe()
-    try:
-        with pytest.raises(ConfigError, match="train reads its config from a file"):
-            load_yaml_file(f"/proc/self/fd/{read}")
-    finally:
-        os.close(read)
-        os.close(write)
-
-
 def test_published_fits_agrees_with_the_published_total_and_mfu_is_never_zero(capsys):
     """Bug hunt s12b A2, A3: a total a hair above the limit rounded onto it; MFU rounded to 0.0."""
     assert main(["plan", "--model", "deepseek-v3", "--gpus", "1024", "--gpu-type", "l40s", "--goal", "sft",
@@ -581,77 +484,6 @@ def test_an_moe_model_on_the_cpu_card_is_sent_to_a_gpu_type_too(capsys):
     assert "--engine megatron" in fix and "--gpu-type" in fix
 
 
-@pytest.mark.parametrize("targets", [["q_proj", "v_prj"], ["q_proj", "embed_tokens"]])
-def test_every_lora_target_must_adapt_a_linear(targets):
-    """Bug hunt s12b B4: a typo beside a good entry trained nothing there, while adapter_config.json listed it."""
-    from trainer.model_checks import check_peft_targets
-    from trainer.models import build_causal_lm
-    from trainer.overrides import ConfigError
-    from trainer.peft import apply_lora
-
-    with pytest.raises(ConfigError, match=targets[1]):
-        check_peft_targets(targets, default_loader=True)
-    with pytest.raises(ValueError, match=targets[1]):
-        apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=targets)
-    apply_lora(build_causal_lm("tiny-llama", device="meta"), rank=4, alpha=8, target_modules=["q_proj", "lm_head"])
-
-
-@pytest.mark.parametrize("flag, value, says", [
-    ("--optimizer.lr", "abc", "--optimizer.lr: Input should be a valid number"),
-    ("--step_scheduler.max_stepz", "3", "--step_scheduler.max_stepz: unknown key")])
-def test_a_bad_override_is_blamed_on_its_flag_not_the_file(flag, value, says):
-    """Bug hunt s12b B3: the error named the config file, whose own value was fine."""
-    from trainer.launch import load_config
-    from trainer.overrides import ConfigError
-
-    path = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
-    with pytest.raises(ConfigError) as refused:
-        load_config(path, [flag, value])
-    assert str(refused.value).startswith(says) and path not in str(refused.value)
-
-
-def test_a_consolidated_checkpoint_carries_the_tokenizer_its_data_was_encoded_with(tmp_path):
-    """Bug hunt s12b B1: fine-tuning from the trainer's own checkpoint could not name its tokenizer (RA-D001's fix
-    `dataset.tokenizer: <folder>` was refused: no tokenizer.json there)."""
-    from tests.trainer_harness import assert_clean_exit, run_trainer, write_config
-    from trainer.data import ByteTokenizer, load_tokenizer
-
-    data = tmp_path / "text.jsonl"
-    data.write_text("".join(json.dumps({"text": f"sample {i}: héllo wörld ✓ " * 4}) + "\n" for i in range(64)))
-    config = write_config(tmp_path, {"step_scheduler": {"max_steps": 1, "checkpoint_interval": 1}})
-    settings = yaml.safe_load(config.read_text())
-    settings["dataset"] = {"_target_": "trainer.data.JsonlPretrainDataset", "path": str(data), "seq_length": 32}
-    config.write_text(yaml.safe_dump(settings))
-    assert_clean_exit(run_trainer(config, nproc=0))
-    folder = tmp_path / "ckpt" / "epoch_0_step_1" / "model" / "consolidated"
-    tokenizer, byte = load_tokenizer(str(folder), "dataset.tokenizer"), ByteTokenizer()
-    text = "ab ✓ 日本\n\tz"
-    assert tokenizer.encode(text) == byte.encode(text) and tokenizer.decode(byte.encode(text)) == text
-    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (byte.bos_id, byte.eos_id, byte.pad_id)
-
-
-def test_mock_data_leaves_no_tokenizer_and_a_model_tokenizer_is_copied(tmp_path):
-    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
-
-    class Section:
-        def __init__(self, target, **kwargs):
-            self.target, self._kwargs = target, kwargs
-
-        def kwargs(self):
-            return self._kwargs
-
-    assert training_tokenizer(Section("trainer.data.MockDataset")) is None
-    assert training_tokenizer(Section("trainer.data.JsonlSFTDataset", path="x")) == "byte"
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "tokenizer.json").write_text("{}")
-    (source / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
-    out = tmp_path / "out"
-    out.mkdir()
-    save_tokenizer(str(source / "tokenizer.json"), out)
-    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
-
-
 def test_a_local_config_on_gpus_keeps_the_library_contract_on_the_bundled_engine(capsys):
     """Bug hunt s12b A4: a local config.json took the CPU smoke recipe's contract (fp32, seq 64) onto an H100."""
     local = str(REPO / "recipe_index" / "models" / "llama31-8b.json")
@@ -665,29 +497,65 @@ def test_a_local_config_on_gpus_keeps_the_library_contract_on_the_bundled_engine
     assert contracts[0] == contracts[1] == ("bf16", 8192, 512)
 
 
-@pytest.mark.parametrize("override, says", [
-    (["--dataset.tokenizer", "Qwen/Qwen3-8B"], "dataset.tokenizer"),
-    (["--model.pretrained_model_name_or_path", "qwen3-600m", "--model.load_weights", "true"], "model.load_weights")])
-def test_dry_run_offline_refuses_what_the_cache_lacks_for_a_bundled_model(offline_hub, capsys, override, says):  # noqa: F811
-    """Bug hunt s12b B6: a bundled model's tokenizer and weights come from the cache too; the workers refused them."""
-    sft = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_sft.yaml")
-    assert main(["train", sft, "--dry-run", *override]) == 2
-    assert says in capsys.readouterr().err
+# ---- final read s12 (notes/final_read_s12.md) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("accept, yaml_wanted", [("application/json, application/*", False), ("application/*", False),
+                                                 ("text/*", True)])
+def test_a_wildcard_does_not_name_yaml(client, accept, yaml_wanted):
+    """Final read s12 F2: `application/*` alone answered YAML."""
+    response = client.get("/v1/recipes/llama3_8b_pretrain_config", headers={"accept": accept})
+    assert response.headers["content-type"].startswith("application/yaml" if yaml_wanted else "application/json")
 
 
-def test_lora_targets_that_select_the_same_modules_are_one_setup():
-    """Bug hunt s12b B5: a repeated name or a dotted suffix was "another PEFT setup" on resume."""
-    from trainer.checkpoint import model_signature
-
-    lora = {"method": "lora", "rank": 8, "alpha": 16}
-    plain = model_signature(None, {**lora, "target_modules": ["q_proj", "v_proj"]})["peft"]
-    for same in (["v_proj", "q_proj", "q_proj"], ["self_attn.q_proj", "v_proj"]):
-        assert model_signature(None, {**lora, "target_modules": same})["peft"] == plain
-    assert model_signature(None, {**lora, "target_modules": ["q_proj", "k_proj"]})["peft"] != plain
+def test_a_download_for_a_client_that_refuses_html_is_text(client):
+    url = "/recommend.yaml?model=llama3-8b&gpu_type=h100&gpus=9&goal=pretrain"
+    response = client.get(url, headers={"accept": "text/html;q=0, */*"})
+    assert response.headers["content-type"].startswith("text/plain")
 
 
-def test_torchruns_spelling_of_a_launcher_flag_is_named(capsys):
-    """Bug hunt s12b B3: `--nproc_per_node 1` was an unknown key of the config file."""
-    config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
-    assert main(["train", config, "--dry-run", "--nproc_per_node", "1"]) == 2
-    assert "--nproc_per_node: a launcher flag is spelt --nproc-per-node here" in capsys.readouterr().err
+def test_o_dev_stdout_with_json_is_refused_like_o_dash(capsys):
+    """Final read s12 F5: YAML then JSON on one stdout."""
+    assert main(["recommend", "--model", "tiny-llama", "--gpus", "1", "--gpu-type", "cpu", "--engine", "bundled",
+                 "-o", "/dev/stdout", "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "-o /dev/stdout: --format json writes its JSON to stdout" in captured.err
+
+
+def test_o_dev_stdout_writes_to_the_stdout_of_now(capsys):
+    """Final read s12 F10: the stream of import time was written."""
+    assert _recommend_in_process(Path("/dev/stdout")) == 0
+    assert "pretrained_model_name_or_path" in capsys.readouterr().out
+
+
+def test_a_failed_in_place_write_does_not_claim_the_old_file(tmp_path, monkeypatch, capsys):
+    """Final read s12 F7."""
+    import errno
+
+    import service.cli_recommend as cli_recommend
+
+    out = tmp_path / "c.yaml"
+    out.write_text("old\n")
+
+    def no_staging(path, text):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    def disk_full(self, text, encoding=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli_recommend, "write_atomic", no_staging)
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    assert _recommend_in_process(out) == 2
+    err = capsys.readouterr().err
+    assert "it may hold part of the new config" in err and "as it was" not in err
+
+
+def test_a_command_error_without_a_file_is_not_called_a_stdout_failure(monkeypatch):
+    """Final read s12 F13: a TimeoutError became "cannot write the output"."""
+    import service.cli_plan as cli_plan
+
+    def timed_out(args):
+        raise TimeoutError(110, "Connection timed out")
+
+    monkeypatch.setattr(cli_plan, "run", timed_out)
+    with pytest.raises(TimeoutError):
+        main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100"])

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 from trainer.atomic_files import fsync_path, fsync_tree, remove_staged_files, write_atomic
 from trainer.checkpoint_dir import check_creatable_dir, check_writable_dir  # noqa: F401  (ckpt.* names)
 from trainer.config import RecipeConfig, parse_config
-from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES
+from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES, target_selects
 from trainer.optim_defaults import optimizer_defaults
 from trainer.overrides import ConfigError, load_yaml_file
 from trainer.step_scheduler import run_length
@@ -175,14 +175,18 @@ def checked_resume(cfg: Any, checkpoint_dir: Path, world_size: Optional[int],
 # ----------------------------------------------------------------------------- compatibility
 
 def _targets(target_modules: Any) -> list:
-    # A list in any order, with repeats, names the same modules; on the bundled decoder a dotted suffix
-    # (self_attn.q_proj) selects what its last part does (every layer has one q_proj); "all-linear" names
-    # the decoder's linears but the LM head (trainer.peft), so it and that list written out are one setting.
+    # A list in any order, with repeats, names the same modules; on the bundled decoder a dotted suffix without
+    # a layer index (self_attn.q_proj) selects what its last part does in every layer; one with an index
+    # (layers.0.self_attn.q_proj) is one layer's. "all-linear" names the decoder's linears but the LM head
+    # (trainer.peft), so it and that list written out are one setting.
     if target_modules == ALL_LINEAR:
         return sorted(m for m in LINEAR_MODULES if m != "lm_head")
-    names = {str(t).rsplit(".", 1)[-1] if str(t).rsplit(".", 1)[-1] in LINEAR_MODULES else str(t)
-             for t in target_modules or []}
-    return sorted(names)
+
+    def selected(target: str) -> str:
+        every_layer = not any(part.isdigit() for part in target.split("."))
+        return (target_selects(target) or target) if every_layer else target
+
+    return sorted({selected(str(t)) for t in target_modules or []})
 
 
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES
+from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES, target_selects
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -71,14 +71,12 @@ def check_model_source(name: str, weights: bool = False) -> None:
     card = find_bundled_model(name)
     if not hub_offline():
         return
-    if card is not None:
-        if weights and card.hf_id and not (_in_hub_cache(card.hf_id, SINGLE_FILE)
-                                           or _in_hub_cache(card.hf_id, INDEX_FILE)):
-            raise ConfigError(f"model.load_weights: {name!r}'s weights ({card.hf_id}) are not in the Hugging Face "
+    repo = card.hf_id if card is not None else name
+    if card is not None or _in_hub_cache(name):
+        if weights and repo and not (_in_hub_cache(repo, SINGLE_FILE) or _in_hub_cache(repo, INDEX_FILE)):
+            raise ConfigError(f"model.load_weights: {name!r}'s weights ({repo}) are not in the Hugging Face "
                               f"cache (HF_HUB_OFFLINE is set); download them first (huggingface-cli download "
-                              f"{card.hf_id}), or train from the deterministic initialisation (load_weights: false)")
-        return
-    if _in_hub_cache(name):
+                              f"{repo}), or train from the deterministic initialisation (load_weights: false)")
         return
     close = model_suggestions(name)
     hint = f" (closest bundled ids: {', '.join(close)})" if close else ""
@@ -165,7 +163,7 @@ def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loa
     "all-linear" always does."""
     if not default_loader or target_modules == ALL_LINEAR:
         return
-    unmatched = [t for t in target_modules if str(t).rsplit(".", 1)[-1] not in LINEAR_MODULES]
+    unmatched = [t for t in target_modules if target_selects(str(t)) is None]
     if unmatched:
         raise ConfigError(
             f"peft.target_modules: {unmatched} matches no linear layer of the model; "

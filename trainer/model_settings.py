@@ -2,6 +2,10 @@
 the schema (trainer/config.py) and the launcher's pre-flight (trainer/model_checks.py) read it, and
 trainer.models builds from it. (trainer.models itself imports torch on import.)"""
 
+from __future__ import annotations
+
+from typing import Optional
+
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 # How RMSNorm, SwiGLU and RoPE run (trainer/fused): "torch" memory-lean autograd functions in plain
 # torch, "liger" Liger's Triton kernels (CUDA), "reference" the plain module math.
@@ -14,6 +18,23 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 # Leaf names of the decoder's nn.Linear modules (trainer/models/decoder.py): what `peft.target_modules`
 # can name on the bundled decoder.
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+# Where each linear sits in the bundled decoder (trainer/models), as dotted parts ("N" a layer index): a LoRA
+# target is a suffix of one of these paths on dot boundaries, as trainer.peft._is_target matches it.
+LINEAR_PATHS = tuple(("model", "layers", "N", "self_attn", m) for m in ("q_proj", "k_proj", "v_proj", "o_proj")) + \
+    tuple(("model", "layers", "N", "mlp", m) for m in ("gate_proj", "up_proj", "down_proj")) + (("lm_head",),)
+
+
+def target_selects(target: str) -> Optional[str]:
+    """The linear a LoRA target names on the bundled decoder ("q_proj" for ``q_proj``, ``self_attn.q_proj`` or
+    ``model.layers.0.self_attn.q_proj``), or None when no module of the decoder has that path."""
+    parts = str(target).split(".")
+    for path in LINEAR_PATHS:
+        tail = path[len(path) - len(parts):] if len(parts) <= len(path) else None
+        if tail and all(p == t or (p == "N" and t.isdigit()) for p, t in zip(tail, parts)):
+            return path[-1]
+    return None
+
+
 # `peft.target_modules: all-linear`: every linear but the LM head (Hugging Face PEFT's spelling).
 ALL_LINEAR = "all-linear"
 # Hugging Face's LlamaConfig default for a config.json without `max_position_embeddings`; the decoder

@@ -3,8 +3,10 @@
 A consolidated checkpoint is a Hugging Face model folder: fine-tuning from it (``model.pretrained_model_name_or_path:
 <folder>``, ``dataset.tokenizer: <folder>``) and ``AutoTokenizer.from_pretrained(<folder>)`` need the ids the
 weights were trained on. A run on the byte tokenizer gets an equivalent ``tokenizer.json`` (a byte-level BPE with
-no merges: byte b is id b, then ``<s>``, ``</s>``, ``<pad>`` as trainer.data.ByteTokenizer numbers them); a run on
-a model's ``tokenizer.json`` gets a copy of it (and of its ``tokenizer_config.json``)."""
+no merges: byte b is id b, then BOS, EOS and PAD as trainer.data.ByteTokenizer numbers them, named so that no
+ordinary text spells them: a tokenizers special token is split out of any text that does); a run on a model's
+``tokenizer.json`` gets a copy of it (and of its ``tokenizer_config.json``), from the Hugging Face cache where the
+run's workers put it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from trainer.builders import resolve_tokenizer_path
 
 # Datasets that encode text with ``tokenizer`` (the others, such as MockDataset, hold token ids already).
 TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
-BYTE_SPECIALS = ("<s>", "</s>", "<pad>")  # ids 256, 257, 258, as ByteTokenizer's bos, eos, pad
+BYTE_SPECIALS = ("<|byte_bos|>", "<|byte_eos|>", "<|byte_pad|>")  # ids 256, 257, 258: ByteTokenizer's bos, eos, pad
 
 
 def training_tokenizer(dataset: Any) -> Optional[str]:
@@ -47,7 +49,8 @@ def byte_tokenizer_json() -> str:
 
 
 def save_tokenizer(spec: Optional[str], folder: Path) -> None:
-    """Write the tokenizer of ``spec`` (see :func:`training_tokenizer`) into ``folder``; nothing for None."""
+    """Write the tokenizer of ``spec`` (see :func:`training_tokenizer`) into ``folder``; nothing for None. A
+    model's is read where the run read it (fetch: the Hugging Face cache, which the dataset filled)."""
     if spec is None:
         return
     if spec == "byte":
@@ -56,9 +59,7 @@ def save_tokenizer(spec: Optional[str], folder: Path) -> None:
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         return
-    source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=False)
-    if source is None:
-        return
+    source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=True)
     shutil.copyfile(source, folder / "tokenizer.json")
     if (source.parent / "tokenizer_config.json").is_file():
         shutil.copyfile(source.parent / "tokenizer_config.json", folder / "tokenizer_config.json")

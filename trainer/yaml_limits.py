@@ -202,16 +202,18 @@ def _written_digits(text: str) -> int:
     return len("".join(ch for ch in body if ch not in "_:").lstrip("0"))
 
 
-def _refuse_yaml11_reading(text: str, value: int, subject: str, path: str, line: int, col: int) -> None:
+def _refuse_yaml11_reading(text: str, value: int, subject: str, path: str, line: int, col: int,
+                           quoted: bool = False) -> None:
     """YAML 1.1 (PyYAML) reads ``0100`` as octal 64 and ``1:30`` as 90 (base 60), where YAML 1.2, JSON and the
     CLI's own ``--global-batch-size 0100`` read 100: a number written so is refused rather than guessed."""
     body = text.lstrip("+-").replace("_", "")
+    as_text = "drop the !!int tag" if quoted else f"quote it ('{text}')"
     if ":" in body:
-        reading, fix = "a base-60 number", f"write {value} if that is meant, or quote it if it is text (a time)"
+        reading, fix = "a base-60 number", f"write {value} if that is meant, or {as_text} if it is text (a time)"
     elif len(body) > 1 and body[0] == "0" and body.isdigit() and int(body, 10) != abs(value):
         decimal = int(text.replace("_", ""), 10)
         reading, fix = "an octal number", (f"write {decimal} (as written) or {value} (octal) without the leading zero, "
-                                           f"or quote it ('{text}') if it is text (a name, a folder)")
+                                           f"or {as_text} if it is text (a name, a folder)")
     else:
         return
     raise YamlError(f"{subject} is {text!r}, which YAML 1.1 reads as {reading}: {value}", path=path, line=line,
@@ -232,7 +234,7 @@ def integer(node: ScalarNode, subject: str, path: str, constructor: SafeConstruc
         raise YamlError(f"{subject} is tagged as an integer but {node.value[:40]!r} is not one", path=path,
                         line=line, column=col, fix="write a number, or drop the !!int tag")
     if value is not None and node.tag == INT_TAG:  # `!!int "0100"` is read as octal too
-        _refuse_yaml11_reading(node.value, value, subject, path, line, col)
+        _refuse_yaml11_reading(node.value, value, subject, path, line, col, quoted=bool(node.style))
     if value is None or abs(value) >= INTEGER_LIMIT:
         padded = len(node.value) > MAX_INTEGER_CHARS and digits <= len(str(INTEGER_LIMIT))
         # short in value, but padded out beyond what is read

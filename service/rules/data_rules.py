@@ -126,7 +126,8 @@ def mock_data_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
                      key="dataset.num_samples")
 
 
-@config_rule("RA-D004", "error", "validation_dataset.num_samples", "the validation mock data holds a local batch per rank",
+@config_rule("RA-D004", "error", "validation_dataset.num_samples",
+             "the validation mock data holds a local batch per rank",
              "trainer/recipes/train_ft.py: a validation loader with no batch is refused after the workers start")
 def validation_mock_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
     cfg, facts = view.config, view.facts

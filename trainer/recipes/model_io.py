@@ -197,8 +197,8 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
     """
     from trainer.hf_io import save_hf_model
     from trainer.models import unwrap_model
-    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
     from trainer.parallelize import full_state_dict
+    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
 
     config = unwrap_model(model).config
     if cfg.peft is None and not cfg.checkpoint.save_consolidated:
