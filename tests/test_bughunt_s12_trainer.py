@@ -275,3 +275,23 @@ def test_offline_a_hub_repo_without_cached_weights_is_refused_before_launch(offl
     with pytest.raises(ConfigError, match="model.load_weights"):
         check_model_source("acme-s12/weightless", weights=True)
 
+
+
+def test_online_a_model_tokenizer_comes_from_the_cache_without_a_network_call(offline_hub, tmp_path,  # noqa: F811
+                                                                             monkeypatch):
+    """Every checkpoint save copies it: no Hub round trip (an air-gapped cluster would wait on each)."""
+    from huggingface_hub import constants
+
+    from tests.test_index_models import _cache_repo
+    from trainer.tokenizer_files import save_tokenizer
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: pytest.fail("a network call"))
+    _cache_repo(offline_hub, "acme-s12/online", {})
+    (next((offline_hub / "models--acme-s12--online" / "snapshots").iterdir()) / "tokenizer.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert save_tokenizer("acme-s12/online", out) is None and (out / "tokenizer.json").read_text() == "{}"
+    warning = save_tokenizer("acme-s12/absent", out)
+    assert warning and "not in the Hugging Face cache" in warning

@@ -205,6 +205,21 @@ def resolve_tokenizer_path(spec: Any, field: str = "tokenizer", *, fetch: bool =
     return path
 
 
+def cached_tokenizer_path(spec: str) -> Optional[Path]:
+    """A model's ``tokenizer.json`` as the Hugging Face cache holds it, without any network call (None when
+    ``spec`` names no model, or the cache lacks it)."""
+    repo = _model_repo(spec)
+    if repo is None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo, "tokenizer.json")
+    except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
 def _model_repo(spec: str) -> Optional[str]:
     """The Hugging Face repo whose tokenizer a model name means, or None when ``spec`` names no model."""
     card = find_bundled_model(spec)

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from trainer.builders import resolve_tokenizer_path
+from trainer.builders import cached_tokenizer_path, resolve_tokenizer_path
 
 # Datasets that encode text with ``tokenizer`` (the others, such as MockDataset, hold token ids already).
 TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
@@ -48,18 +48,23 @@ def byte_tokenizer_json() -> str:
     return tokenizer.to_str()
 
 
-def save_tokenizer(spec: Optional[str], folder: Path) -> None:
-    """Write the tokenizer of ``spec`` (see :func:`training_tokenizer`) into ``folder``; nothing for None. A
-    model's is read where the run read it (fetch: the Hugging Face cache, which the dataset filled)."""
+def save_tokenizer(spec: Optional[str], folder: Path) -> Optional[str]:
+    """Write the tokenizer of ``spec`` (see :func:`training_tokenizer`) into ``folder``; nothing for None. Returns
+    a warning when a model's tokenizer cannot be found without the network."""
     if spec is None:
-        return
+        return None
     if spec == "byte":
         (folder / "tokenizer.json").write_text(byte_tokenizer_json(), encoding="utf-8")
         bos, eos, pad = BYTE_SPECIALS
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        return
-    source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=True)
+        return None
+    # A file or folder as named; a model's from the cache its dataset filled (no network call at every save).
+    source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=False) or cached_tokenizer_path(spec)
+    if source is None:
+        return (f"warning: {spec}'s tokenizer.json is not in the Hugging Face cache, so {folder} holds no "
+                "tokenizer; name it with dataset.tokenizer when fine-tuning from this checkpoint")
     shutil.copyfile(source, folder / "tokenizer.json")
     if (source.parent / "tokenizer_config.json").is_file():
         shutil.copyfile(source.parent / "tokenizer_config.json", folder / "tokenizer_config.json")
+    return None

@@ -187,6 +187,15 @@ def autocast(model: nn.Module, precision: str, device_type: str):
     return autocast_context(model, compute_precision(precision), device_type)
 
 
+def _tokenizer_beside(cfg: RecipeConfig, folder: Path) -> None:
+    from trainer.recipes.base_recipe import log
+    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
+
+    warning = save_tokenizer(training_tokenizer(cfg.dataset), folder)
+    if warning:
+        log(warning)
+
+
 def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:
     """Collective (gathers full tensors); rank 0 writes.
 
@@ -198,7 +207,6 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
     from trainer.hf_io import save_hf_model
     from trainer.models import unwrap_model
     from trainer.parallelize import full_state_dict
-    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
 
     config = unwrap_model(model).config
     if cfg.peft is None and not cfg.checkpoint.save_consolidated:
@@ -211,7 +219,7 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         state = full_state_dict(model)
         if info.is_main:
             save_hf_model(state, config, out_dir / CONSOLIDATED)
-            save_tokenizer(training_tokenizer(cfg.dataset), out_dir / CONSOLIDATED)
+            _tokenizer_beside(cfg, out_dir / CONSOLIDATED)
         return
     from trainer.peft import lora_scalings, merged_state_dict, save_adapter
 
@@ -222,4 +230,4 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         state = full_state_dict(model)
         if info.is_main:
             save_hf_model(merged_state_dict(state, lora_scalings(model)), config, out_dir / CONSOLIDATED)
-            save_tokenizer(training_tokenizer(cfg.dataset), out_dir / CONSOLIDATED)
+            _tokenizer_beside(cfg, out_dir / CONSOLIDATED)
