@@ -95,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
     return run_argv(argv + list(getattr(args, "overrides", [])))
 
 
+def _rendezvous_problem(nnodes: int, node_rank: Optional[int], endpoint: Optional[str]) -> Optional[str]:
+    """What torch.distributed.run would refuse, or hang on, after the pre-flight: said before it."""
+    if node_rank is not None and node_rank >= nnodes:
+        return f"--node-rank {node_rank}: ranks of {nnodes} node(s) run from 0 to {nnodes - 1}"
+    if nnodes == 1 and (node_rank or endpoint):  # a standalone launch ignores both
+        return "--node-rank and --rdzv-endpoint are for --nnodes > 1; drop them, or give --nnodes"
+    if endpoint:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            return f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT with a port from 1 to 65535"
+    return None
+
+
 def run_argv(argv: list[str]) -> int:
     """Entry from service.cli: everything after `train`."""
     args, overrides = _split(argv)
@@ -110,6 +123,10 @@ def run_argv(argv: list[str]) -> int:
     nnodes = args.nnodes
     if nnodes > 1 and not args.rdzv_endpoint:
         print("error: --nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node's address)", file=sys.stderr)
+        return 2
+    problem = _rendezvous_problem(nnodes, args.node_rank, args.rdzv_endpoint)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         raw, cfg = load_config(args.config, overrides)

@@ -295,3 +295,14 @@ def test_online_a_model_tokenizer_comes_from_the_cache_without_a_network_call(of
     assert save_tokenizer("acme-s12/online", out) is None and (out / "tokenizer.json").read_text() == "{}"
     warning = save_tokenizer("acme-s12/absent", out)
     assert warning and "not in the Hugging Face cache" in warning
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--nnodes", "2", "--rdzv-endpoint", "h:29500", "--node-rank", "5"], "--node-rank 5: ranks of 2 node(s)"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:99999"], "a port from 1 to 65535"),
+    (["--rdzv-endpoint", "h:29500"], "are for --nnodes > 1")])
+def test_rendezvous_flags_torchrun_would_refuse_are_refused_before_it(capsys, flags, says):
+    """Bug hunt s12 M16: they passed --dry-run (and a standalone launch dropped them silently)."""
+    config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
+    assert main(["train", config, "--dry-run", *flags]) == 2
+    assert says in capsys.readouterr().err
