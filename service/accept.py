@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def media_ranges(accept: str) -> list[tuple[str, float]]:
     """(media range, q) of each entry of an Accept header; a q that is no number counts as 0."""
@@ -13,9 +15,10 @@ def media_ranges(accept: str) -> list[tuple[str, float]]:
             name, _, value = param.partition("=")
             if name.strip() == "q":
                 try:
-                    q = min(max(float(value), 0.0), 1.0)
+                    q = float(value)
                 except ValueError:
                     q = 0.0
+                q = min(max(q, 0.0), 1.0) if math.isfinite(q) else 0.0  # `q=nan` is no weight
         if kind:
             ranges.append((kind, q))
     return ranges

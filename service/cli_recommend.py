@@ -69,9 +69,14 @@ def _save(path: Path, text: str) -> Optional[str]:
 
 
 def _holds(path: Path, text: str) -> bool:
+    """Whether a regular file holds ``text`` (a device such as /dev/full reads forever: never read one)."""
+    if str(path) in _STREAMS or not path.is_file():
+        return False
+    data = text.encode("utf-8")
     try:
-        return path.read_text(encoding="utf-8") == text
-    except (OSError, UnicodeDecodeError):
+        with open(path, "rb") as fh:
+            return fh.read(len(data) + 1) == data
+    except OSError:
         return False
 
 
@@ -118,8 +123,9 @@ def summary_text(rec: Recommendation) -> str:
 
 def run(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", []) or [])
-    to_stdout = args.output == STDOUT
-    if (to_stdout or _STREAMS.get(args.output or "") == "stdout") and args.format == "json":
+    # `-o /dev/stdout` is `-o -`: the config alone on stdout, the summary on stderr (else a redirect saves both)
+    to_stdout = args.output == STDOUT or _STREAMS.get(args.output or "") == "stdout"
+    if to_stdout and args.format == "json":
         # One stream cannot hold both documents; the JSON carries the YAML as config_yaml.
         print(f"error: -o {args.output}: --format json writes its JSON to stdout, where -o {args.output} writes the "
               "config YAML; use one (the JSON holds the YAML as config_yaml, or give -o FILE)", file=sys.stderr)

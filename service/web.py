@@ -293,7 +293,7 @@ async def _recommendation(request: Request, download: bool = False) -> tuple[Opt
                 return data, None, query, filename
             problems = [Problem(_form_wording(data["detail"]), data.get("field"), data.get("suggestions") or [])]
     html_q, named = quality(media_ranges(request.headers.get("accept", "")), "text/html")
-    if download and not (html_q > 0 and named >= 1):  # a browser names text/html; curl's */* does not
+    if download and not (html_q > 0 and named == 2):  # a browser names text/html; curl's */* does not
         lines = [f"error: {p.field + ': ' if p.field else ''}{p.message}" for p in problems]
         return None, PlainTextResponse("\n".join(lines) + "\n", status_code=status), query, ""
     page = render(request, "index.html", {**_form_context(form), "problems": problems}, status_code=status)

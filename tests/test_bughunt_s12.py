@@ -18,6 +18,7 @@ from recipe_index import find_bundled_model
 from service.app import create_app
 from service.changes import diff, verdict
 from service.cli import main
+from service.validate import validate_text
 from tests.test_index_models import _cache_repo, offline_hub  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,8 +128,10 @@ def test_o_dev_stdout_into_a_file_keeps_what_the_shell_opened(tmp_path, redirect
                         "--gpu-type", "cpu", "--engine", "bundled", "--goal", "sft", "-o", "/dev/stdout"],
                        stdout=fh, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, timeout=120)
     text = log.read_text()
-    assert "pretrained_model_name_or_path" in text and "\nlayout: TP" in text
     assert text.startswith("earlier\n") == (redirect == "a")
+    config = text.removeprefix("earlier\n")  # as `-o -`: the config alone, the summary on stderr (last read L5)
+    assert "pretrained_model_name_or_path" in config and "\nlayout: TP" not in config
+    assert not [f for f in validate_text(config, "c.yaml").findings if f.severity == "error"]
 
 
 def _recommend_in_process(out: Path) -> int:
@@ -559,3 +562,31 @@ def test_a_command_error_without_a_file_is_not_called_a_stdout_failure(monkeypat
     monkeypatch.setattr(cli_plan, "run", timed_out)
     with pytest.raises(TimeoutError):
         main(["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100"])
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("output, redirect", [("/dev/full", None), ("/dev/stderr", "/dev/full")])
+def test_a_write_error_on_a_device_is_one_line_not_a_read_of_the_device(output, redirect):
+    """Last read s12 H1: the error message read the device back to compare, which never ends on /dev/full."""
+    def limited() -> None:  # a read that never ends fails fast instead of taking the machine's memory
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    with open(redirect or os.devnull, "w") as err_sink:
+        done = subprocess.run([sys.executable, "-m", "service.cli", "recommend", "--model", "llama3-8b", "--gpus",
+                               "8", "--gpu-type", "h100", "-o", output], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=err_sink if redirect else subprocess.PIPE, text=True, timeout=120,
+                              preexec_fn=limited, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if redirect is None:
+        assert done.returncode == 2 and "cannot write /dev/full" in done.stderr and "MemoryError" not in done.stderr
+    else:
+        assert done.returncode in (1, 2)  # stderr itself is full, so no message gets out; it must end, not hang or OOM
+
+
+def test_accept_weights_that_are_no_number_count_as_zero(client):
+    """Last read s12 L1, L2: `q=nan` outweighed a YAML type; `text/*` is no browser asking for the form page."""
+    response = client.get("/v1/recipes/llama3_8b_pretrain_config",
+                          headers={"accept": "application/yaml;q=0.5, application/json;q=nan"})
+    assert response.headers["content-type"].startswith("application/yaml")
+    page = client.get("/recommend.yaml?model=llama3-8b&gpu_type=h100&gpus=9&goal=pretrain", headers={"accept": "text/*"})
+    assert page.headers["content-type"].startswith("text/plain")
+
