@@ -102,9 +102,9 @@ def _rendezvous_problem(nnodes: int, node_rank: Optional[int], endpoint: Optiona
     if nnodes == 1 and (node_rank or endpoint):  # a standalone launch ignores both
         return "--node-rank and --rdzv-endpoint are for --nnodes > 1; drop them, or give --nnodes"
     if endpoint:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            return f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT with a port from 1 to 65535"
+        host, colon, port = endpoint.rpartition(":")
+        if colon and (not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
+            return f"--rdzv-endpoint {endpoint!r}: expected HOST[:PORT] with a port from 1 to 65535"
     return None
 
 
@@ -254,7 +254,7 @@ def launch(torchrun_args: list[str]) -> int:
         print(f"error: stopped by {exc.sigval.name}; the workers were terminated", file=sys.stderr)
         return 128 + int(exc.sigval)
     except KeyboardInterrupt:
-        return 130
+        return 128 + signal.SIGINT  # the shell's code for Ctrl-C
     return 0
 
 

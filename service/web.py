@@ -27,10 +27,10 @@ from starlette.exceptions import HTTPException
 import recipe_index as index
 from recipe_index.errors import UnknownHardwareError, UnknownModelError
 from service import api_models as m
+from service.accept import media_ranges, quality
 from service.api_advise import recommend_answer
 from service.facts import split_world
 from service.http_limits import MAX_BODY_BYTES, REPEATED_PARAMETER
-from service.accept import media_ranges, quality
 from service.lookups import lookup_model
 from service.memory import gib_text
 from service.rules.precision import FP8_RECIPES

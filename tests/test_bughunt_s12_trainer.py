@@ -219,7 +219,7 @@ def test_torchruns_spelling_of_a_launcher_flag_is_named(capsys):
 # ---- final read s12 (notes/final_read_s12.md) -------------------------------------------------------------------
 
 def test_a_model_tokenizer_is_copied_from_the_cache_the_run_filled(offline_hub, tmp_path):  # noqa: F811
-    """Final read s12 F1: a model's tokenizer was looked up without fetching, so online runs saved none."""
+    """Offline, the cache the run filled is where a model's tokenizer is copied from (online: the test below)."""
     from tests.test_index_models import _cache_repo
     from trainer.tokenizer_files import save_tokenizer
 
@@ -306,3 +306,71 @@ def test_rendezvous_flags_torchrun_would_refuse_are_refused_before_it(capsys, fl
     config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
     assert main(["train", config, "--dry-run", *flags]) == 2
     assert says in capsys.readouterr().err
+
+
+# ---- last read s12 (notes/last_read_s12.md) ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["layers.01.mlp.up_proj", "layers.\uff11.mlp.up_proj", "layers.\u00b2.mlp.up_proj"])
+def test_a_layer_index_no_module_has_is_refused_before_launch(target):
+    """Last read s12 L3: str.isdigit() took `01`, a fullwidth or a superscript digit as a layer index."""
+    from trainer.model_checks import check_peft_targets
+    from trainer.overrides import ConfigError
+
+    with pytest.raises(ConfigError, match="matches no linear layer"):
+        check_peft_targets([target], default_loader=True)
+
+
+def test_spellings_of_one_layer_target_are_one_setup():
+    """Last read s12 L4: the same one-layer module spelt two ways, or inside an every-layer target."""
+    from trainer.checkpoint import model_signature
+
+    def signature(targets):
+        return model_signature(None, {"method": "lora", "rank": 8, "alpha": 16, "target_modules": targets})["peft"]
+
+    assert signature(["layers.1.mlp.up_proj"]) == signature(["model.layers.1.mlp.up_proj"])
+    assert signature(["q_proj", "model.layers.0.self_attn.q_proj"]) == signature(["q_proj"])
+    assert signature(["layers.1.mlp.up_proj"]) != signature(["layers.0.mlp.up_proj"])
+
+
+def test_the_byte_tokenizer_json_alone_keeps_its_specials(tmp_path):
+    """Last read s12 L6: without its tokenizer_config.json the renamed specials were not found."""
+    import shutil
+
+    from trainer.data import ByteTokenizer, load_tokenizer
+    from trainer.tokenizer_files import save_tokenizer
+
+    save_tokenizer("byte", tmp_path)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(tmp_path / "tokenizer.json", alone / "tokenizer.json")
+    saved, byte = load_tokenizer(str(alone / "tokenizer.json")), ByteTokenizer()
+    assert (saved.bos_id, saved.eos_id, saved.pad_id) == (byte.bos_id, byte.eos_id, byte.pad_id)
+
+
+@pytest.mark.parametrize("written, fix", [('!!int "0100"', "drop the !!int tag"), ("!!int 0100", "without a !!int tag"),
+                                          ("0100", "quote it ('0100')")])
+def test_an_octal_looking_text_is_told_how_to_stay_text(written, fix):
+    """Last read s12 L7: a tagged plain octal was told to quote it, which the tag refuses again."""
+    from service.validate import validate_text
+    from service.yamlio import YamlError
+
+    text = BUNDLED_SFT.replace("global_batch_size: 8", f"global_batch_size: {written}")
+    with pytest.raises(YamlError) as refused:
+        validate_text(text, "c.yaml")
+    assert fix in refused.value.fix
+
+
+
+def test_an_uncached_model_tokenizer_offline_is_one_warning_not_an_error(offline_hub, tmp_path):  # noqa: F811
+    """Last read s12 L10: offline, the lookup raised where it should warn (once per run, not at every save)."""
+    from trainer.tokenizer_files import save_tokenizer
+
+    first, second = save_tokenizer("acme-s12/gone", tmp_path), save_tokenizer("acme-s12/gone", tmp_path)
+    assert "not in the Hugging Face cache" in first and second is None
+
+
+def test_a_bare_rendezvous_host_takes_torchruns_default_port(capsys):
+    """Last read s12 L9: torchrun accepts HOST alone (port 29400)."""
+    config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
+    assert main(["train", config, "--dry-run", "--nnodes", "2", "--rdzv-endpoint", "node0"]) == 0
+    assert "--rdzv-endpoint=node0" in capsys.readouterr().out

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 from trainer.atomic_files import fsync_path, fsync_tree, remove_staged_files, write_atomic
 from trainer.checkpoint_dir import check_creatable_dir, check_writable_dir  # noqa: F401  (ckpt.* names)
 from trainer.config import RecipeConfig, parse_config
-from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES, target_selects
+from trainer.model_settings import ALL_LINEAR, LINEAR_MODULES, target_path
 from trainer.optim_defaults import optimizer_defaults
 from trainer.overrides import ConfigError, load_yaml_file
 from trainer.step_scheduler import run_length
@@ -183,10 +183,14 @@ def _targets(target_modules: Any) -> list:
         return sorted(m for m in LINEAR_MODULES if m != "lm_head")
 
     def selected(target: str) -> str:
-        every_layer = not any(part.isdigit() for part in target.split("."))
-        return (target_selects(target) or target) if every_layer else target
+        path = target_path(target)
+        if path is None:
+            return target
+        return path[-1] if "N" in path else ".".join(path)  # every layer's: its leaf; one layer's: its whole path
 
-    return sorted({selected(str(t)) for t in target_modules or []})
+    names = {selected(str(t)) for t in target_modules or []}
+    # one layer's module is inside the every-layer target of its leaf
+    return sorted(n for n in names if "." not in n or n.rsplit(".", 1)[-1] not in names)
 
 
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:

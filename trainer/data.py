@@ -48,9 +48,9 @@ class JsonTokenizer:
     Special tokens come from a ``tokenizer_config.json`` beside it when present,
     else from the usual names (Llama 3, Llama 2, Qwen, GPT-2)."""
 
-    _BOS = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>")
-    _EOS = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>")
-    _PAD = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>")
+    _BOS = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|byte_bos|>")
+    _EOS = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|byte_eos|>")
+    _PAD = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|byte_pad|>")  # last: trainer/tokenizer_files.py
 
     def __init__(self, path: Path):
         from tokenizers import Tokenizer

@@ -24,15 +24,25 @@ LINEAR_PATHS = tuple(("model", "layers", "N", "self_attn", m) for m in ("q_proj"
     tuple(("model", "layers", "N", "mlp", m) for m in ("gate_proj", "up_proj", "down_proj")) + (("lm_head",),)
 
 
-def target_selects(target: str) -> Optional[str]:
-    """The linear a LoRA target names on the bundled decoder ("q_proj" for ``q_proj``, ``self_attn.q_proj`` or
-    ``model.layers.0.self_attn.q_proj``), or None when no module of the decoder has that path."""
+def target_path(target: str) -> Optional[tuple[str, ...]]:
+    """The whole path of the module a LoRA target names on the bundled decoder, a layer index where the target
+    gives one, else "N" (every layer): ``self_attn.q_proj`` -> model.layers.N.self_attn.q_proj, ``layers.0.mlp.
+    up_proj`` -> model.layers.0.mlp.up_proj; None when no module has that path (module names carry a layer
+    index in its plain decimal form, so ``01`` or a superscript names none)."""
     parts = str(target).split(".")
     for path in LINEAR_PATHS:
         tail = path[len(path) - len(parts):] if len(parts) <= len(path) else None
-        if tail and all(p == t or (p == "N" and t.isdigit()) for p, t in zip(tail, parts)):
-            return path[-1]
+        index = lambda t: t.isascii() and t.isdigit() and str(int(t)) == t  # noqa: E731
+        if tail and all(p == t or (p == "N" and index(t)) for p, t in zip(tail, parts)):
+            return path[:len(path) - len(parts)] + tuple(parts)
     return None
+
+
+def target_selects(target: str) -> Optional[str]:
+    """The linear a LoRA target names on the bundled decoder ("q_proj" for ``q_proj``, ``self_attn.q_proj`` or
+    ``model.layers.0.self_attn.q_proj``), or None when no module of the decoder has that path."""
+    path = target_path(target)
+    return path[-1] if path else None
 
 
 # `peft.target_modules: all-linear`: every linear but the LM head (Hugging Face PEFT's spelling).

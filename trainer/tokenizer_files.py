@@ -3,8 +3,8 @@
 A consolidated checkpoint is a Hugging Face model folder: fine-tuning from it (``model.pretrained_model_name_or_path:
 <folder>``, ``dataset.tokenizer: <folder>``) and ``AutoTokenizer.from_pretrained(<folder>)`` need the ids the
 weights were trained on. A run on the byte tokenizer gets an equivalent ``tokenizer.json`` (a byte-level BPE with
-no merges: byte b is id b, then BOS, EOS and PAD as trainer.data.ByteTokenizer numbers them, named so that no
-ordinary text spells them: a tokenizers special token is split out of any text that does); a run on a model's
+no merges: byte b is id b, then BOS, EOS and PAD as trainer.data.ByteTokenizer numbers them, under names text is
+unlikely to spell: a tokenizers special token is split out of any text that does); a run on a model's
 ``tokenizer.json`` gets a copy of it (and of its ``tokenizer_config.json``), from the Hugging Face cache where the
 run's workers put it."""
 
@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainer.builders import cached_tokenizer_path, resolve_tokenizer_path
+from trainer.overrides import FieldError
 
 # Datasets that encode text with ``tokenizer`` (the others, such as MockDataset, hold token ids already).
 TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
+_WARNED: set[str] = set()  # specs whose missing tokenizer this process has warned about
 BYTE_SPECIALS = ("<|byte_bos|>", "<|byte_eos|>", "<|byte_pad|>")  # ids 256, 257, 258: ByteTokenizer's bos, eos, pad
 
 
@@ -60,8 +62,14 @@ def save_tokenizer(spec: Optional[str], folder: Path) -> Optional[str]:
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         return None
     # A file or folder as named; a model's from the cache its dataset filled (no network call at every save).
-    source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=False) or cached_tokenizer_path(spec)
+    try:
+        source = resolve_tokenizer_path(spec, "dataset.tokenizer", fetch=False) or cached_tokenizer_path(spec)
+    except FieldError:  # offline, the cache lacks it (the dataset found it where no longer is)
+        source = None
     if source is None:
+        if spec in _WARNED:
+            return None
+        _WARNED.add(spec)  # once per run, not at every save
         return (f"warning: {spec}'s tokenizer.json is not in the Hugging Face cache, so {folder} holds no "
                 "tokenizer; name it with dataset.tokenizer when fine-tuning from this checkpoint")
     shutil.copyfile(source, folder / "tokenizer.json")

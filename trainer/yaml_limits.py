@@ -207,7 +207,8 @@ def _refuse_yaml11_reading(text: str, value: int, subject: str, path: str, line:
     """YAML 1.1 (PyYAML) reads ``0100`` as octal 64 and ``1:30`` as 90 (base 60), where YAML 1.2, JSON and the
     CLI's own ``--global-batch-size 0100`` read 100: a number written so is refused rather than guessed."""
     body = text.lstrip("+-").replace("_", "")
-    as_text = "drop the !!int tag" if quoted else f"quote it ('{text}')"
+    # a plain `!!int 0100` needs both: ScalarNode does not say whether its tag was written or resolved
+    as_text = "drop the !!int tag" if quoted else f"quote it ('{text}'), without a !!int tag,"
     if ":" in body:
         reading, fix = "a base-60 number", f"write {value} if that is meant, or {as_text} if it is text (a time)"
     elif len(body) > 1 and body[0] == "0" and body.isdigit() and int(body, 10) != abs(value):
