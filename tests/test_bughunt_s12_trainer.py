@@ -374,3 +374,11 @@ def test_a_bare_rendezvous_host_takes_torchruns_default_port(capsys):
     config = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_pretrain.yaml")
     assert main(["train", config, "--dry-run", "--nnodes", "2", "--rdzv-endpoint", "node0"]) == 0
     assert "--rdzv-endpoint=node0" in capsys.readouterr().out
+
+
+def test_a_layer_past_the_model_is_refused_by_dry_run(capsys):
+    """Last read s12 L3: `model.layers.9...` on a 2-layer model passed the pre-flight; the workers refused it."""
+    sft = str(REPO / "recipe_index" / "recipes" / "bundled" / "tiny_llama_sft.yaml")
+    assert main(["train", sft, "--dry-run", "--peft.target_modules", "[q_proj, model.layers.9.self_attn.q_proj]"]) == 2
+    assert "model.layers.9.self_attn.q_proj" in capsys.readouterr().err
+    assert main(["train", sft, "--dry-run", "--peft.target_modules", "[q_proj, model.layers.1.self_attn.q_proj]"]) == 0

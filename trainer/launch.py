@@ -24,7 +24,7 @@ from trainer.checkpoint_dir import check_writable_dir
 from trainer.config import RecipeConfig, parse_config, section_fields
 from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.model_checks import (check_model_keys, check_model_section, check_peft_targets, check_seq_lengths,
-                                  declared_positions)
+                                  declared_positions, declared_size)
 from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file, parse_overrides
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import derive_grad_acc_steps
@@ -175,7 +175,8 @@ def section_problems(cfg: RecipeConfig) -> list[Problem]:
                                 "name a model (bundled id, folder or hub id)", missing=True))
     checks = [lambda: check_model_keys(cfg.model)]
     if cfg.peft is not None:
-        checks.append(lambda: check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None))
+        checks.append(lambda: check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None,
+                                                 layers=declared_size(cfg.model, "num_hidden_layers")[1]))
     for check in checks:
         try:
             check()

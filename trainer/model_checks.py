@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES, target_selects
+from trainer.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES, target_path
 from trainer.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -138,6 +138,12 @@ def declared_positions(section: Any) -> tuple[str, Optional[int]]:
     """(where the model comes from, its declared ``max_position_embeddings`` or None when it declares
     none). Undeclared is not refused: the bundled decoder's RoPE runs at any position, and a card
     without the field (e.g. the Qwen2.5 cards) says nothing about the real context."""
+    return declared_size(section, "max_position_embeddings")
+
+
+def declared_size(section: Any, field: str) -> tuple[str, Optional[int]]:
+    """(where the model comes from, the whole number its config.json or bundled card declares for ``field``,
+    such as ``max_position_embeddings`` or ``num_hidden_layers``, or None)."""
     name = section.pretrained_model_name_or_path
     if section.target is not None or not name:
         return ELSEWHERE, None
@@ -147,23 +153,29 @@ def declared_positions(section: Any) -> tuple[str, Optional[int]]:
             data = json.loads((local / "config.json" if local.is_dir() else local).read_text())
         except (OSError, ValueError):
             return LOCAL, None  # unreadable: the workers report it with the file's name
-        value = data.get("max_position_embeddings") if isinstance(data, dict) else None
+        value = data.get(field) if isinstance(data, dict) else None
         return LOCAL, (value if isinstance(value, int) and not isinstance(value, bool) else None)
     try:
         from recipe_index.models import find_bundled_model
     except ImportError:
         return ELSEWHERE, None
     card = find_bundled_model(name)
-    return (BUNDLED, card.max_position_embeddings or None) if card is not None else (ELSEWHERE, None)
+    return (BUNDLED, getattr(card, field, None) or None) if card is not None else (ELSEWHERE, None)
 
 
-def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool) -> None:
+def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool,
+                       layers: Optional[int] = None) -> None:
     """On the bundled decoder, every entry of ``peft.target_modules`` must name one of its linears
     (trainer.peft.apply_lora matches module-name suffixes and refuses an entry that matches none);
     "all-linear" always does."""
     if not default_loader or target_modules == ALL_LINEAR:
         return
-    unmatched = [t for t in target_modules if target_selects(str(t)) is None]
+    def matches(target: str) -> bool:
+        path = target_path(target)
+        index = path[2] if path and len(path) > 2 else "N"  # model.layers.<index>...
+        return path is not None and (index == "N" or layers is None or int(index) < layers)
+
+    unmatched = [t for t in target_modules if not matches(str(t))]
     if unmatched:
         raise ConfigError(
             f"peft.target_modules: {unmatched} matches no linear layer of the model; "
