@@ -39,9 +39,9 @@ class PartlyWritten(OSError):
 
 def _save(path: Path, text: str) -> Optional[str]:
     """The config whole or not at all (a full disk leaves the user's old file), through a symlink to the file
-    it names. Written in place, and then said so (the returned note): the process's own stdout or stderr (the
-    shell may have sent it to a file, which a replacement would cut off from what is printed next), a device
-    or pipe, and a writable file in a folder where no staging file can be made."""
+    it names. Written in place: the process's own stderr (stdout is `-o -`, handled by the caller; the shell may
+    have sent either to a file, which a replacement would cut off from what is printed next), a device or pipe,
+    and, said so in the returned note, a writable file in a folder where no staging file can be made."""
     stream = getattr(sys, _STREAMS[str(path)]) if str(path) in _STREAMS else None  # as redirected now
     if stream is not None:
         stream.write(text)

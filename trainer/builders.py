@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from recipe_index.models import REPO_ID, find_bundled_model, hub_offline
 from trainer.config import ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, is_public_dotted_path
+from trainer.model_checks import hub_cached
 from trainer.overrides import ConfigError, FieldError
 from trainer.text import clipped
 
@@ -209,15 +210,7 @@ def cached_tokenizer_path(spec: str) -> Optional[Path]:
     """A model's ``tokenizer.json`` as the Hugging Face cache holds it, without any network call (None when
     ``spec`` names no model, or the cache lacks it)."""
     repo = _model_repo(spec)
-    if repo is None:
-        return None
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(repo, "tokenizer.json")
-    except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
-        return None
-    return Path(found) if isinstance(found, str) else None
+    return None if repo is None else hub_cached(repo, "tokenizer.json")
 
 
 def _model_repo(spec: str) -> Optional[str]:

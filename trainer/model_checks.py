@@ -72,8 +72,8 @@ def check_model_source(name: str, weights: bool = False) -> None:
     if not hub_offline():
         return
     repo = card.hf_id if card is not None else name
-    if card is not None or _in_hub_cache(name):
-        if weights and repo and not (_in_hub_cache(repo, SINGLE_FILE) or _in_hub_cache(repo, INDEX_FILE)):
+    if card is not None or hub_cached(name) is not None:
+        if weights and repo and not (hub_cached(repo, SINGLE_FILE) or hub_cached(repo, INDEX_FILE)):
             raise ConfigError(f"model.load_weights: {name!r}'s weights ({repo}) are not in the Hugging Face "
                               f"cache (HF_HUB_OFFLINE is set); download them first (huggingface-cli download "
                               f"{repo}), or train from the deterministic initialisation (load_weights: false)")
@@ -87,13 +87,15 @@ def check_model_source(name: str, weights: bool = False) -> None:
     )
 
 
-def _in_hub_cache(repo_id: str, filename: str = "config.json") -> bool:
+def hub_cached(repo_id: str, filename: str = "config.json") -> Optional[Path]:
+    """A file of a Hugging Face repo as the local cache holds it, without a network call; None when it does not."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, filename), str)
+        found = try_to_load_from_cache(repo_id, filename)
     except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
-        return False
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 # The Hugging Face weight files the default loader reads beside a config.json (trainer/hf_io.py writes them).

@@ -32,17 +32,13 @@ def target_path(target: str) -> Optional[tuple[str, ...]]:
     parts = str(target).split(".")
     for path in LINEAR_PATHS:
         tail = path[len(path) - len(parts):] if len(parts) <= len(path) else None
-        index = lambda t: t.isascii() and t.isdigit() and str(int(t)) == t  # noqa: E731
-        if tail and all(p == t or (p == "N" and index(t)) for p, t in zip(tail, parts)):
+        if tail and all(p == t or (p == "N" and _layer_index(t)) for p, t in zip(tail, parts)):
             return path[:len(path) - len(parts)] + tuple(parts)
     return None
 
 
-def target_selects(target: str) -> Optional[str]:
-    """The linear a LoRA target names on the bundled decoder ("q_proj" for ``q_proj``, ``self_attn.q_proj`` or
-    ``model.layers.0.self_attn.q_proj``), or None when no module of the decoder has that path."""
-    path = target_path(target)
-    return path[-1] if path else None
+def _layer_index(part: str) -> bool:
+    return part.isascii() and part.isdigit() and str(int(part)) == part
 
 
 # `peft.target_modules: all-linear`: every linear but the LM head (Hugging Face PEFT's spelling).

@@ -14,12 +14,12 @@ from recipe_index import find_bundled_model
 from service.rules.registry import Violation, config_rule
 from trainer.source_reader import literal_defaults
 from trainer.step_scheduler import run_length, steps_per_epoch
+from trainer.tokenizer_files import TOKENIZING_DATASETS  # noqa: F401  (recommend_config reads it here too)
 
 if TYPE_CHECKING:  # pragma: no cover
     from service.validate import ConfigView
 
 MOCK_DATASET = "trainer.data.MockDataset"
-TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
 DATA_SECTIONS = ("dataset", "validation_dataset")
 
 
