@@ -10,7 +10,7 @@ SERVE_STAMP := $(VENV)/.serve-installed
 DEV_STAMP   := $(VENV)/.dev-installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: serve test browser-deps bench clean
+.PHONY: serve test lint browser-deps bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,16 +26,19 @@ $(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
 	touch $(SERVE_STAMP) $@
 
 serve: $(SERVE_STAMP)
-	$(BIN)/uvicorn service.app:app --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn service.http.app:app --host $(HOST) --port $(PORT)
 
 # Debian's chromium for the real-browser test (Playwright drives it; no browser download),
 # and curl for the README's curl examples, which a test runs against a live server.
 browser-deps:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium curl >/dev/null; \
-	  else echo "missing chromium/curl: sudo apt-get install chromium curl (tests/test_browser.py, tests/test_api_docs.py)"; fi; fi
+	  else echo "missing chromium/curl: sudo apt-get install chromium curl (tests/e2e/test_browser.py, tests/e2e/test_readme_curl_examples.py)"; fi; fi
 
-test: $(DEV_STAMP) browser-deps
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check .
+
+test: $(DEV_STAMP) browser-deps lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(DEV_STAMP)

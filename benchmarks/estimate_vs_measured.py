@@ -1,11 +1,11 @@
-"""The planner's memory model (service/memory.py) next to what the bundled trainer measures.
+"""The planner's memory model (service/estimate/memory.py) next to what the bundled trainer measures.
 
 For each config the real recipe (`TrainFinetuneRecipe`; bf16 mixed precision through FSDP2's
 policy as on a GPU, autocast under DDP, or fp32) is set up and one optimizer step is measured on
-every rank by trainer/memory_probe.py: weights, gradients and optimizer states exactly (bytes of
+every rank by trainer/components/memory_probe.py: weights, gradients and optimizer states exactly (bytes of
 this rank's tensors), activations as the bytes allocated during the forward (model + loss) still
 alive when it ends, and FSDP2's unsharded parameters (with its all-gather buffers) at their most in
-backward. The estimate is `service.memory.estimate_memory` for the
+backward. The estimate is `service.estimate.memory.estimate_memory` for the
 same model card (read from the same config.json), layout, world size and sequence length with
 `engine="bundled"`. Runs on CPU (gloo); 2-process configs run under torch.distributed.run.
 
@@ -70,9 +70,9 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft, precision: st
     """The model's terms, split as the probe measures them: sharded training state, the FSDP2
     unsharded working set, activations kept for backward (full recompute's re-run layer apart)."""
     from recipe_index.models import card_from_config
-    from service import constants as C
+    from service.estimate import constants as C
+    from service.estimate.memory import MemoryModel, fsdp2_working_set_bytes, model_shape
     from service.facts import Layout
-    from service.memory import MemoryModel, fsdp2_working_set_bytes, model_shape
 
     card = card_from_config(json.loads((model_dir / "config.json").read_text()), "bench-llama", str(model_dir))
     shape = model_shape(card)
@@ -84,7 +84,7 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft, precision: st
     weights, grads, optimizer, activations = model.parts(layout, sharding, 1)
     unsharded = (fsdp2_working_set_bytes(shape, dp_shards=nproc, param_bytes=model.compute_param_bytes)
                  if sharding == "full" else 0.0)
-    # Gradients carry FSDP's unsharded block gradients only with more than one shard (service/memory.py).
+    # Gradients carry FSDP's unsharded block gradients only with more than one shard (service/estimate/memory.py).
     grad_blocks = (shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * model.compute_param_bytes
                    if sharding == "full" and nproc > 1 and peft is None else 0.0)
     _, working = model._activation_per_token(1, False, recompute, sharding)
@@ -98,9 +98,9 @@ def worker(config_path: Path) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from trainer.config import parse_config
-    from trainer.dist import init_distributed
-    from trainer.memory_probe import measure_recipe_step
+    from trainer.components.memory_probe import measure_recipe_step
+    from trainer.contract.config import parse_config
+    from trainer.distributed.dist import init_distributed
     from trainer.recipes.train_ft import TrainFinetuneRecipe
 
     raw = json.loads(config_path.read_text())
@@ -171,7 +171,8 @@ def summary_table(rows: list[dict]) -> str:
                 cells.append("-")
                 continue
             ratio = est / got if got else float("inf")
-            cells.append(f"{est / 2**20:.2f} / {got / 2**20:.2f}" + ("" if abs(ratio - 1) < 5e-4 else f" ({ratio:.2f})"))
+            cells.append(f"{est / 2**20:.2f} / {got / 2**20:.2f}"
+                         + ("" if abs(ratio - 1) < 5e-4 else f" ({ratio:.2f})"))
         lines.append(f"| {row['config']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

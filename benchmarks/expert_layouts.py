@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
-from service.planner import make_request, plan  # noqa: E402
-from service.rules.precision import FP8_RECIPES, precision_of_token  # noqa: E402
+from service.plan.planner import make_request, plan  # noqa: E402
+from service.validate.rules.precision import FP8_RECIPES, precision_of_token  # noqa: E402
 
 # Recipes that contradict themselves at their own GPU count (reference/mbridge_rules.md section 5):
 # their expert layout is not a valid layout of the request, so no planner can rank it.
@@ -174,7 +174,7 @@ def markdown(results: list[dict], s: dict) -> str:
     lines = [f"Recipes: {s['recipes']} benchmark recipes, {s['planned']} planned, {s['skipped']} skipped "
              f"(no bundled model card), {s['invalid']} excluded (their layout is invalid at their own GPU "
              "count: mbridge_rules.md section 5).", "",
-             f"| top-1 (TP,PP,CP,EP) | top-5 | expert layout not ranked |", "|---|---|---|",
+             "| top-1 (TP,PP,CP,EP) | top-5 | expert layout not ranked |", "|---|---|---|",
              f"| {s['top1']}/{s['planned']} = {s['top1_pct']:.1f} % | {s['top5']}/{s['planned']} = "
              f"{s['top5_pct']:.1f} % | {s['not_ranked']} |", "",
              "| recipe | expert (TP,PP,CP,EP) | planner top-1 | expert rank |", "|---|---|---|---|"]
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="list the misses whose layout a sibling recipe (other hardware or size) shares")
     parser.add_argument("--records", type=Path, metavar="JSON",
                         help="score these records instead of the reference's benchmark recipes (same keys as "
-                             "mbridge_recipes.json; e.g. benchmarks/data/heldout_expert_layouts.json, the held-out "
-                             "layouts of other public sources; records marked in_reference are left out)")
+                             "mbridge_recipes.json; e.g. benchmarks/data/heldout_expert_layouts.json, the "
+                             "held-out layouts of other public sources; records marked in_reference are left out)")
     parser.add_argument("--recipe-grad-reduce", action="store_true",
                         help="plan with the recipes' own bf16 gradient reduce (grad_reduce_in_fp32=False), "
                              "not the default fp32")

@@ -1,6 +1,6 @@
 """Load test of the HTTP service: N concurrent clients for T seconds per scenario.
 
-Starts ``uvicorn service.app:app`` on 127.0.0.1 (a free port, never another
+Starts ``uvicorn service.http.app:app`` on 127.0.0.1 (a free port, never another
 interface) in a child process, waits for /healthz, then drives each scenario
 with ``--clients`` keep-alive connections for ``--duration`` seconds and
 reports requests/s, p50/p90/p99/max latency and errors (any non-2xx or
@@ -185,7 +185,7 @@ def free_port() -> int:
 
 
 def start_server(port: int, workers: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "uvicorn", "service.app:app", "--host", HOST, "--port", str(port),
+    cmd = [sys.executable, "-m", "uvicorn", "service.http.app:app", "--host", HOST, "--port", str(port),
            "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     server = subprocess.Popen(cmd, cwd=REPO, env=env)
@@ -244,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         server.wait(timeout=30)
 
     reference = next((r for r in results if r["scenario"] == "healthz"), None)
-    print(f"{os.cpu_count()} CPU(s), {args.workers} worker(s), {args.clients} clients, {args.duration:g} s per scenario")
-    print(f"{'scenario':14} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7} {'vs healthz':>10}")
+    print(f"{os.cpu_count()} CPU(s), {args.workers} worker(s), {args.clients} clients, "
+          f"{args.duration:g} s per scenario")
+    print(f"{'scenario':14} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'errors':>7} {'vs healthz':>10}")
     for r in results:
         ratio = f"{r['req_per_s'] / reference['req_per_s']:.2f}" if reference and reference["req_per_s"] else "-"
         print(f"{r['scenario']:14} {r['req_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} {r['p99_ms']:8.1f} "

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipe_index import find_bundled_model  # noqa: E402
+from service.estimate.memory import estimate_memory, model_shape  # noqa: E402
 from service.facts import Layout  # noqa: E402
-from service.memory import estimate_memory, model_shape  # noqa: E402
 
 SOURCE = "pytorch/torchtitan docs/performance.md"
 TARGET = 0.15

@@ -27,10 +27,10 @@ from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trainer.distributed.parallelize import parallelize_model  # noqa: E402
 from trainer.loss import causal_lm_loss  # noqa: E402
 from trainer.models import CausalLM, init_weights  # noqa: E402
 from trainer.models.presets import tiny_config  # noqa: E402
-from trainer.parallelize import parallelize_model  # noqa: E402
 
 SHAPE = dict(vocab_size=32000, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4, head_dim=32)
@@ -105,7 +105,8 @@ def main() -> None:
     print("| variant | step time (s) | time ratio | peak allocated in step (MiB) | memory ratio |")
     print("|---|---|---|---|---|")
     for name, (seconds, mib) in results.items():
-        ref_s, ref_mib = results["loss plain (reference)" if name.startswith("loss") else "AC none (reference, chunked loss)"]
+        reference = "loss plain (reference)" if name.startswith("loss") else "AC none (reference, chunked loss)"
+        ref_s, ref_mib = results[reference]
         print(f"| {name} | {seconds:.2f} | {seconds / ref_s:.2f} | {mib:.0f} | {mib / ref_mib:.2f} |")
 
 

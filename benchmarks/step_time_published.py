@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
+from service.estimate import constants as C  # noqa: E402
+from service.estimate.memory import MemoryModel, model_shape, usable_memory_gib  # noqa: E402
+from service.estimate.steptime import StepTimeModel  # noqa: E402
 from service.facts import Layout  # noqa: E402
-from service.memory import MemoryModel, model_shape, usable_memory_gib  # noqa: E402
-from service import constants as C  # noqa: E402
-from service.steptime import StepTimeModel  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from expert_layouts import PRECISION  # noqa: E402  (the published precision tokens, as the layout benchmark reads them)

@@ -77,12 +77,13 @@ def mock_dataset(args, vocab: int):
 
 def our_recipe(args, model_dir: Path, out_dir: Path, steps: int):
     """The bundled trainer's recipe for this benchmark, set up (model, optimizer, data, loss)."""
-    from trainer.config import parse_config
-    from trainer.dist import init_distributed
+    from trainer.contract.config import parse_config
+    from trainer.distributed.dist import init_distributed
     from trainer.recipes.train_ft import TrainFinetuneRecipe
 
     raw = {
-        "model": {"pretrained_model_name_or_path": str(model_dir), **({"kernels": args.kernels} if args.kernels else {})},
+        "model": {"pretrained_model_name_or_path": str(model_dir),
+                  **({"kernels": args.kernels} if args.kernels else {})},
         "step_scheduler": {"global_batch_size": args.batch, "local_batch_size": args.batch, "max_steps": steps,
                            "log_interval": 1},
         "distributed": {"strategy": "fsdp2"},
@@ -383,8 +384,8 @@ def interleaved(args) -> None:
         print(f"round {i + 1}: hf {result['hf']['tokens_per_s']:.0f} tokens/s ({result['hf']['tokens_per_cpu_s']:.0f} "
               f"per CPU-second), ours {result['ours']['tokens_per_s']:.0f} ({result['ours']['tokens_per_cpu_s']:.0f}); "
               f"ratio {ratios['tokens_per_s'][-1]:.2f}x", flush=True)
-    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, fp32, "
-          f"{args.threads} threads, steps alternating in one process, {args.steps} timed steps of each after "
+    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, "
+          f"fp32, {args.threads} threads, steps alternating in one process, {args.steps} timed steps of each after "
           f"{args.warmup}, {args.rounds} processes")
     print("| ratio ours / reference (interleaved) | tokens/s | tokens/s, best step | tokens per CPU-second |")
     print("|---|---|---|---|")
@@ -441,7 +442,8 @@ def main() -> None:
             result = launch(kind, args)
             runs[kind].append(result)
             print(f"round {i + 1} {kind}: {result['tokens_per_s']:.0f} tokens/s, best step "
-                  f"{result['tokens_per_s_best']:.0f} ({result['tokens_per_cpu_s']:.0f} per CPU-second), peak RSS {mib(result['peak_rss'])} MiB "
+                  f"{result['tokens_per_s_best']:.0f} ({result['tokens_per_cpu_s']:.0f} per CPU-second), "
+                  f"peak RSS {mib(result['peak_rss'])} MiB "
                   f"(+{mib(result['peak_rss'] - result['baseline_rss'])} over imports)", flush=True)
 
     def median(kind: str, key) -> float:
@@ -453,8 +455,9 @@ def main() -> None:
             for kind in runs}
     (hf_tps, hf_best, hf_cpu, hf_peak, hf_train) = rows["hf"]
     (our_tps, our_best, our_cpu, our_peak, our_train) = rows["ours"]
-    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, fp32, "
-          f"{args.threads} threads, {args.steps} timed steps after {args.warmup}, median of {args.rounds} runs each")
+    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, "
+          f"fp32, {args.threads} threads, {args.steps} timed steps after {args.warmup}, "
+          f"median of {args.rounds} runs each")
     print("| loop | tokens/s | tokens/s, best step | tokens per CPU-second | peak RSS (MiB) | "
           "peak RSS above imports (MiB) |")
     print("|---|---|---|---|---|---|")

@@ -55,9 +55,9 @@ def main() -> None:
     args = parser.parse_args()
     py = sys.executable
     files = len(list(INDEX.rglob("*.yaml")))
-    validate, parse = best_of(args.repeats, [py, "-m", "service.cli", "validate", str(INDEX)],
+    validate, parse = best_of(args.repeats, [py, "-m", "service.cli.app", "validate", str(INDEX)],
                               [py, "-c", PARSE_ONLY, str(INDEX)])
-    helps, bare = best_of(args.repeats, [py, "-m", "service.cli", "--help"], [py, "-c", "pass"])
+    helps, bare = best_of(args.repeats, [py, "-m", "service.cli.app", "--help"], [py, "-c", "pass"])
     print(f"files in index                 {files}")
     print(f"validate whole index           {validate:.3f} s  (target < 2 s)")
     print(f"  reference: parse-only        {parse:.3f} s  -> validate / parse = {validate / parse:.2f}x")

@@ -1,12 +1,12 @@
 """How loading and validating a config scales with the number of keys in one mapping.
 
 A posted config is data from a client: its cost must grow linearly with its size, or one
-request under the body cap ties up a worker for minutes (bughunt s8b, finding 4). Each shape
+request under the body cap ties up a worker for minutes. Each shape
 is timed three ways in the same process, so the ratios mean something on any machine:
 
 - reference: ``yaml.load`` with PyYAML's C loader (parse and build, no limits, no positions);
-- ``service.yamlio.load_yaml``: limits, positions, duplicate-key detection;
-- ``service.validate.validate_text``: what ``POST /v1/validate`` runs (load + every rule).
+- ``service.configs.yamlio.load_yaml``: limits, positions, duplicate-key detection;
+- ``service.validate.document.validate_text``: what ``POST /v1/validate`` runs (load + every rule).
 
 Shapes: N keys under ``dataset:`` (a section that takes any key: no findings), and N unknown
 top-level keys (one RA-C001 finding with a did-you-mean each). Best of ``--repeat`` runs.
@@ -25,8 +25,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from plan_speed import timed  # noqa: E402  (this folder: best-of-N wall and CPU time)
-from service.validate import validate_text  # noqa: E402
-from service.yamlio import load_yaml  # noqa: E402
+
+from service.configs.yamlio import load_yaml  # noqa: E402
+from service.validate.document import validate_text  # noqa: E402
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

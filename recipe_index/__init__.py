@@ -8,9 +8,9 @@ from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError, UnknownRecipeError
 from recipe_index.hardware import get_hardware, list_hardware
 from recipe_index.megatron import convert_record
-from recipe_index.models import find_bundled_model, list_models, model_suggestions, resolve_model
+from recipe_index.models import find_bundled_model, model_suggestions, resolve_model
 from recipe_index.params import ParamCounts, param_counts, parse_param_count
-from recipe_index.recipes import RecipeEntry, get_recipe, list_recipes, load_recipe_text, recipe_path
+from recipe_index.recipes import RecipeEntry, get_recipe, list_models, list_recipes, load_recipe_text, recipe_path
 
 __all__ = [
     "HardwareCard",

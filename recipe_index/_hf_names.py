@@ -115,7 +115,8 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     if layers is None and pattern:
         layers = len(pattern)
 
-    num_experts = _whole(_first(cfg, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts", default=0))
+    num_experts = _whole(_first(cfg, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts",
+                                default=0))
     shared_size = _first(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
     num_shared = _first(cfg, "n_shared_experts", "num_shared_experts")
     if num_shared is None:

@@ -1,7 +1,7 @@
-"""Convert a Megatron Bridge recipe record (``shared/reference/mbridge_recipes.json``) to our config.
+"""Convert a Megatron Bridge recipe record (a recipe function's values) to our config.
 
 ``convert_record`` is pure: a record and a model resolver in, a config mapping out (the YAML
-format of DESIGN.md / ``trainer.config``). It keeps the recipe's values as they are, including
+format of ``trainer.contract.config``). It keeps the recipe's values as they are, including
 the inconsistent ones the reference flags, so the validator can find them; Bridge's silent
 fixes (SP off at TP=1, ETP=1 when EP>1) are left to the rules, not applied here.
 """
@@ -145,7 +145,7 @@ def _distributed(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("pipeline_model_parallel_layout_set"):
         dist["pipeline_layout"] = "explicit"
     if record.get("kind") == "perf_benchmark":
-        # _benchmark_common() sets grad_reduce_in_fp32=False (mbridge_rules.md, benchmark recipes).
+        # _benchmark_common() sets grad_reduce_in_fp32=False (Megatron Bridge, benchmark recipes).
         dist["grad_reduce_dtype"] = "bf16"
     return dist
 
@@ -174,7 +174,7 @@ def _pretrained_name(record: dict[str, Any], card: Optional[ModelCard]) -> str:
 
 
 def convert_record(record: dict[str, Any], models: ModelResolver = find_bundled_model) -> dict[str, Any]:
-    """One reference recipe record -> a config mapping (sections in DESIGN.md order).
+    """One reference recipe record -> a config mapping.
 
     ``models`` maps a name (HF id, Megatron model key) to a ModelCard or None (or raises
     ValueError); the default finds bundled cards only, so conversion never touches the network.
@@ -202,7 +202,8 @@ def convert_record(record: dict[str, Any], models: ModelResolver = find_bundled_
     if model_seq is not None and model_seq != data_seq:
         model["seq_length"] = model_seq
 
-    steps = {"global_batch_size": "global_batch_size", "local_batch_size": "micro_batch_size", "max_steps": "train_iters"}
+    steps = {"global_batch_size": "global_batch_size", "local_batch_size": "micro_batch_size",
+             "max_steps": "train_iters"}
     config: dict[str, Any] = {
         "metadata": {k: v for k, v in metadata.items() if v is not None},
         "model": model,

@@ -1,6 +1,6 @@
 """Model lookup: bundled cards, local config.json files, then the Hugging Face Hub.
 
-Resolution order (DESIGN.md): a bundled id or alias (case-insensitive, ``-`` and ``_``
+Resolution order: a bundled id or alias (case-insensitive, ``-`` and ``_``
 alike, so the Megatron ``model`` key ``llama3_8b`` finds ``llama3-8b``), then a local
 ``config.json`` path or a folder holding one, then ``hf_hub_download(repo, "config.json")``,
 which honours the Hugging Face cache and ``HF_HUB_OFFLINE``. huggingface_hub is imported
@@ -46,16 +46,9 @@ def _bundled() -> tuple[tuple[ModelCard, ...], dict[str, ModelCard]]:
     return tuple(cards), index
 
 
-def list_models(family: Optional[str] = None) -> list[ModelCard]:
-    """Every bundled model card, sorted by id; with ``family`` (case-insensitive), the cards whose own
-    family or whose recipes' family it is, as ``list_recipes(family=...)`` filters (recipes.model_families)."""
-    cards = sorted(_bundled()[0], key=lambda c: c.id)
-    if family is None:
-        return cards
-    from recipe_index.recipes import model_families  # recipes imports this module: resolved at call time
-
-    wanted = family.strip().lower()
-    return [card for card in cards if wanted in model_families().get(card.id, ())]
+def bundled_models() -> list[ModelCard]:
+    """Every bundled model card, sorted by id (recipe_index.recipes.list_models filters them by family)."""
+    return sorted(_bundled()[0], key=lambda c: c.id)
 
 
 def find_bundled_model(name: str) -> Optional[ModelCard]:

@@ -4,6 +4,9 @@ bundled ones), listed by the ``metadata`` block of each file.
 Listing reads only the top-level ``metadata``, ``precision`` and ``dataset`` blocks of each
 file (the rest of a recipe is the validator's business), so the whole index lists in tens of
 milliseconds and is cached for the life of the process.
+
+The listing of models by family is here too: a model answers to its own family and to the family of
+each of its recipes, so ``models --family`` and ``recipes --family`` agree.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownRecipeError
+from recipe_index.models import bundled_models, find_bundled_model
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -195,8 +199,6 @@ def list_recipes(
 
 
 def _model_card(entry: RecipeEntry) -> Optional[ModelCard]:
-    from recipe_index.models import find_bundled_model  # the cards load once, on first use
-
     return find_bundled_model(entry.model) if entry.model else None
 
 
@@ -211,14 +213,23 @@ def model_families() -> dict[str, frozenset[str]]:
     """Card id -> the families ``list_recipes(family=...)`` finds the card's recipes by: the card's own,
     and the Megatron Bridge package of each of its recipes (so a family filter on models and on
     recipes agree)."""
-    from recipe_index.models import list_models
-
-    families = {card.id: _families(None, card) for card in list_models()}
+    families = {card.id: _families(None, card) for card in bundled_models()}
     for entry in _index()[0]:
         card = _model_card(entry)
         if card is not None:
             families[card.id] |= _families(entry.family, card)
     return {model_id: frozenset(names) for model_id, names in families.items()}
+
+
+def list_models(family: Optional[str] = None) -> list[ModelCard]:
+    """Every bundled model card, sorted by id; with ``family`` (case-insensitive), the cards whose own
+    family or whose recipes' family it is, as ``list_recipes(family=...)`` filters (``model_families``).
+    Here rather than in recipe_index.models because a model's families include its recipes'."""
+    cards = bundled_models()
+    if family is None:
+        return cards
+    wanted = family.strip().lower()
+    return [card for card in cards if wanted in model_families().get(card.id, ())]
 
 
 def get_recipe(name: str) -> RecipeEntry:

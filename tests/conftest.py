@@ -1,4 +1,5 @@
-"""Fixtures shared by the HTTP tests: the app through the ASGI test client, and a real server on loopback."""
+"""Fixtures shared by every test folder: the app through the ASGI test client, a real server on loopback, and an
+offline Hugging Face cache."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from service.app import create_app
+from service.http.app import create_app
+
+
+@pytest.fixture(autouse=True)
+def _hub_offline(monkeypatch):
+    """Every test runs with HF_HUB_OFFLINE=1, as `make test` runs the suite: nothing reaches the Hub."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +45,17 @@ def live_server_url():
     server.should_exit = True
     thread.join(timeout=10)
     sock.close()
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 with an empty cache in tmp (constants are read at import, so patch both)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache

@@ -21,8 +21,8 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from trainer.builders import resolve_data_path, resolve_tokenizer_path
-from trainer.overrides import FieldError
+from trainer.contract.builders import resolve_data_path, resolve_tokenizer_path
+from trainer.contract.overrides import FieldError
 
 IGNORE_INDEX = -100
 
@@ -48,9 +48,10 @@ class JsonTokenizer:
     Special tokens come from a ``tokenizer_config.json`` beside it when present,
     else from the usual names (Llama 3, Llama 2, Qwen, GPT-2)."""
 
+    # Each list ends with the special of the byte tokenizer.json (trainer/contract/tokenizer_files.py).
     _BOS = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|byte_bos|>")
     _EOS = ("<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|byte_eos|>")
-    _PAD = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|byte_pad|>")  # last: trainer/tokenizer_files.py
+    _PAD = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>", "<|byte_pad|>")
 
     def __init__(self, path: Path):
         from tokenizers import Tokenizer
@@ -114,7 +115,8 @@ def _read_jsonl(path: Path, field: str, keys: Sequence[str]) -> list[dict[str, A
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise FieldError(field, f"{path}:{lineno}: not valid JSON ({exc.msg}); one JSON object per line") from None
+                raise FieldError(field, f"{path}:{lineno}: not valid JSON ({exc.msg}); "
+                                        "one JSON object per line") from None
             if not isinstance(row, dict):
                 raise FieldError(field, f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             missing = [k for k in keys if not isinstance(row.get(k), str)]
@@ -308,8 +310,7 @@ class ResumableDataLoader:
         self.sampler.start = self.batches_yielded * self.batch_size
         # A generator of its own: a DataLoader iterator otherwise draws its base seed from the global RNG,
         # which LoRA's dropout also draws from, so a resume or a validation pass (one more iterator)
-        # would change the dropout masks (bug hunt s9 F1). The sampler orders the data; this seed only
-        # seeds the workers.
+        # would change the dropout masks. The sampler orders the data; this seed only seeds the workers.
         generator = torch.Generator().manual_seed(self.epoch)
         loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler, drop_last=True,
                             collate_fn=collate, num_workers=self.num_workers, pin_memory=self.pin_memory,

@@ -2,9 +2,9 @@
 
 Runs under an existing ``torchrun`` or Slurm ``srun`` (one process per device), or
 alone as one process. Loading the config and the pre-flight checks are torch-free
-(``recipe-advisor train`` runs them before it spawns anything), so a bad config stops
-with one clear message naming the key, before any process group, model or
-checkpoint exists.
+(trainer/contract/preflight.py, which ``recipe-advisor train`` runs before it spawns
+anything), so a bad config stops with one clear message naming the key, before any
+process group, model or checkpoint exists.
 """
 
 from __future__ import annotations
@@ -14,21 +14,12 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Optional
 
-from trainer import checkpoint as ckpt
-from trainer.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
-from trainer.capabilities import CAPABILITIES
-from trainer.checkpoint import resolve_restore
-from trainer.checkpoint_dir import check_writable_dir
-from trainer.config import RecipeConfig, parse_config, section_fields
-from trainer.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
-from trainer.model_checks import (check_model_keys, check_model_section, check_peft_targets, check_seq_lengths,
-                                  declared_positions, declared_size)
-from trainer.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file, parse_overrides
-from trainer.source_reader import literal_defaults
-from trainer.step_scheduler import derive_grad_acc_steps
-from trainer.text import one_line
+from trainer.contract.checkpoint_dir import check_writable_dir
+from trainer.contract.overrides import ConfigError
+from trainer.contract.preflight import is_rank_zero, load_config, preflight
+from trainer.contract.text import one_line
 
 DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
@@ -38,220 +29,6 @@ _stop_requested = False  # set by the SIGINT handler that main() installs
 _leaving = False  # run() has returned: a Ctrl-C now only cuts the exit short
 
 
-def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], RecipeConfig]:
-    """(effective plain config, validated RecipeConfig); ConfigError with the key for anything wrong."""
-    raw = apply_overrides(load_yaml_file(path), overrides)
-    try:
-        cfg = parse_config(raw)
-    except ValueError as exc:  # pydantic.ValidationError
-        flags = {key for key, _ in parse_overrides(overrides)}
-        raise ConfigError(_format_validation_error(exc, path, flags)) from None
-    return raw, cfg
-
-
-def _format_validation_error(exc: Exception, path: str, flags: set[str] = frozenset()) -> str:
-    """One clause per problem, each naming where the value came from: the override flag that set the key
-    (or a section above it), else the config file."""
-    errors = getattr(exc, "errors", None)
-    if errors is None:
-        return f"{path}: {exc}"
-    lines = []
-    for err in errors():
-        key = ".".join(str(p) for p in err.get("loc", ()))
-        flag = next((f for f in flags if key == f or key.startswith(f + ".")), None)
-        where = f"--{flag}: " + (f"{key}: " if flag != key else "") if flag else f"{path}: {key}: "
-        if err.get("type") == "extra_forbidden":
-            section = key.rpartition(".")[0]
-            known = sorted(section_fields(section)) if section else []
-            hint = f"; known keys: {', '.join(known)}" if known else ""
-            lines.append(f"{where}unknown key{hint}")
-        else:
-            lines.append(f"{where}{err.get('msg')} (got {err.get('input')!r})")
-    return "; ".join(lines)
-
-
-UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context parallel"),
-                          ("ep_size", "expert parallel"))
-
-
-def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> None:
-    """Every check that needs no torch and no model: run before any work, on every rank alike.
-    ``compare_resume``: also the resume checks of the checkpoint this run would resume
-    (check_resume_before_launch); the workers run them after the model's signature check instead."""
-    d = cfg.distributed
-    if d.strategy == "megatron":
-        raise ConfigError(
-            "distributed.strategy: megatron configs run on Megatron Bridge, not on the bundled trainer; "
-            "use fsdp2 or ddp here (recipe-advisor recommend --engine bundled), or launch with run_recipe.py"
-        )
-    for key, what in UNSUPPORTED_DIMENSIONS:
-        if getattr(d, key) > 1:
-            raise ConfigError(f"distributed.{key}: {what} ({getattr(d, key)}) is not supported by the bundled "
-                              f"trainer; set it to 1 (it supports FSDP2/DDP data parallel and tensor parallel)")
-    if d.vp_size not in (None, 1):
-        raise ConfigError("distributed.vp_size: virtual pipeline needs pipeline parallel; remove it")
-    if world_size % d.tp_size:
-        raise ConfigError(f"distributed.tp_size: {d.tp_size} does not divide the world size {world_size}; "
-                          f"use a tp_size that divides {world_size}")
-    if d.strategy == "ddp" and d.tp_size > 1:
-        raise ConfigError("distributed.tp_size: tensor parallel runs with strategy fsdp2 (a 2-D dp x tp mesh); "
-                          "set distributed.strategy: fsdp2 or tp_size: 1")
-    if cfg.precision == "nvfp4":
-        raise ConfigError("precision: nvfp4 is not supported by the bundled trainer; use bf16, fp16, fp8 or fp32")
-    if cfg.precision == "fp8" and cfg.hardware.gpu_type == "cpu":
-        raise ConfigError("precision: fp8 runs torchao float8 GEMMs on CUDA GPUs (compute capability 8.9+), and "
-                          "hardware.gpu_type is cpu; use bf16 or fp32 on CPU")
-    if d.sequence_parallel and d.tp_size == 1 and _is_rank_zero():
-        print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
-    s = cfg.step_scheduler
-    derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // d.tp_size)
-    for section_name in ("optimizer", "loss_fn", "recipe", "model"):  # the allow-list first: a security refusal
-        target = getattr(cfg, section_name).target
-        if target is not None:
-            check_target(target, section_name)
-    problems = section_problems(cfg)
-    if problems:
-        raise ConfigError(str(problems[0]))
-    for section_name in ("dataset", "validation_dataset"):
-        section = getattr(cfg, section_name)
-        if section is None:
-            continue
-        call = dataset_call(section, section_name)
-        check_target(call["_target_"], section_name)
-        try:
-            if call.get("path") is not None or "Jsonl" in call["_target_"]:
-                resolve_data_path(call.get("path"), "path")
-            if call.get("tokenizer") not in (None, "byte"):
-                resolve_tokenizer_path(call["tokenizer"], fetch=False)  # a model's: fetched by the workers
-        except FieldError as exc:
-            raise ConfigError(f"{section_name}.{exc.field}: {exc.reason}") from None
-    if cfg.recipe.kwargs():  # the recipe class is built as recipe_cls(cfg, raw, info): a keyword would be ignored
-        raise ConfigError(f"recipe.{next(iter(cfg.recipe.kwargs()))}: the recipe class takes no keyword arguments (the "
-                          "trainer would ignore it); remove it")
-    check_step_callables(cfg)
-    check_model_section(cfg.model)
-    check_seq_lengths(cfg, declared_positions(cfg.model)[1], cfg.model.pretrained_model_name_or_path)
-    if cfg.restore_from is not None and cfg.restore_from.path is not None:
-        resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
-    if compare_resume:
-        check_resume_before_launch(cfg, world_size)
-
-
-class Problem(NamedTuple):
-    """One thing the trainer cannot build from: the key, why, the fix, and whether the key is left out."""
-    key: str
-    why: str
-    fix: str = ""
-    missing: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.why}" + (f"; {self.fix}" if self.fix else "")
-
-
-def _problem(exc: ConfigError) -> Problem:
-    """A ConfigError of the shared checks (``key: why; fix``) as a Problem."""
-    key, _, rest = str(exc).partition(": ")
-    why, _, fix = rest.partition("; ")
-    return Problem(key, why, fix, missing=why == "missing")
-
-
-def section_problems(cfg: RecipeConfig) -> list[Problem]:
-    """Each section the trainer cannot build from: a dataset, optimizer or model it is not told, keys
-    and values the default model loader refuses, LoRA targets that match no layer, LoRA with tensor
-    parallel. Reads no file and no network. The pre-flight refuses the first; validate reports each
-    (RA-E005)."""
-    problems = []
-    for name in ("dataset", "validation_dataset"):
-        if getattr(cfg, name) is not None:
-            try:
-                dataset_call(getattr(cfg, name), name)
-            except ConfigError as exc:
-                problems.append(_problem(exc))
-    if cfg.optimizer.target is None:
-        problems.append(Problem("optimizer._target_", "missing",
-                                "e.g. optimizer: {_target_: torch.optim.AdamW, lr: 3.0e-4}", missing=True))
-    if cfg.model.target is None and not cfg.model.pretrained_model_name_or_path:
-        problems.append(Problem("model.pretrained_model_name_or_path", "missing",
-                                "name a model (bundled id, folder or hub id)", missing=True))
-    checks = [lambda: check_model_keys(cfg.model)]
-    if cfg.peft is not None:
-        checks.append(lambda: check_peft_targets(cfg.peft.target_modules, default_loader=cfg.model.target is None,
-                                                 layers=declared_size(cfg.model, "num_hidden_layers")[1]))
-    for check in checks:
-        try:
-            check()
-        except ConfigError as exc:
-            problems.append(_problem(exc))
-    if cfg.peft is not None and cfg.distributed.tp_size > 1 and not CAPABILITIES.get("tp_with_lora"):
-        problems.append(Problem("distributed.tp_size", "LoRA runs with data parallel only here", "set tp_size: 1"))
-    return problems
-
-
-# torch optimizers the training step cannot drive, and why.
-UNSTEPPABLE_OPTIMIZERS = {
-    "torch.optim.LBFGS": "its step() re-evaluates the loss through a closure, which a training step does not pass",
-    "torch.optim.SparseAdam": "it takes sparse gradients only, and the model's gradients are dense",
-}
-
-
-def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
-    """(key, why, fix) for each optimizer or loss setting the training step cannot call: fused steps
-    torch lacks for the strategy, optimizers that are not first-order, a loss outside the trainer's
-    signature ``loss_fn(model, input_ids, labels) -> (loss sum, label tokens)``, chunking under TP.
-    The pre-flight refuses the first; validate reports each (RA-E004)."""
-    problems = []
-    optimizer, strategy = cfg.optimizer.target or "", cfg.distributed.strategy
-    if optimizer_name(optimizer) in UNSTEPPABLE_OPTIMIZERS:
-        why = UNSTEPPABLE_OPTIMIZERS[optimizer_name(optimizer)]
-        problems.append(("optimizer._target_", f"{optimizer} cannot train here: {why}",
-                         "use a first-order optimizer such as torch.optim.AdamW"))
-    if cfg.optimizer.fused and optimizer.startswith("torch.optim.") and not fused_step_runs(optimizer, strategy):
-        if "fused" in literal_defaults(optimizer):
-            fix = "set optimizer.fused: false, or distributed.strategy: ddp"
-        else:
-            fix = (f"drop optimizer.fused ({optimizer} takes no such keyword): write the section without it, e.g. "
-                   f"--optimizer \"{{_target_: {optimizer}, lr: {cfg.optimizer.lr}}}\"")
-        problems.append(("optimizer.fused", f"{optimizer} has no fused step for the sharded (DTensor) parameters "
-                         f"of strategy {strategy} (torch fuses only Adam and AdamW there)", fix))
-    loss = cfg.loss_fn.target
-    if loss is not None and not loss.startswith("trainer."):
-        takes = "takes (input, target)" if loss.startswith("torch.nn.") else "is not a trainer loss"
-        problems.append(("loss_fn._target_", f"{loss} {takes}, and the training step calls "
-                         "loss_fn(model, input_ids, labels) for (loss sum, label tokens)",
-                         "remove the loss_fn section for trainer.loss.causal_lm_loss, or name a trainer.* loss of "
-                         "that signature"))
-    if cfg.loss_fn.kwargs().get("chunked") is True and cfg.distributed.tp_size > 1:
-        problems.append(("loss_fn.chunked", f"true does not run with tensor parallel (tp_size "
-                         f"{cfg.distributed.tp_size}: the LM head is split over the tp mesh)",
-                         "set loss_fn.chunked: auto or false, or distributed.tp_size: 1"))
-    if cfg.loss_fn.kwargs().get("chunked") is True and adapts_lm_head(cfg):
-        problems.append(("loss_fn.chunked", "true multiplies by lm_head.weight alone, so the LoRA adapter "
-                         "peft.target_modules puts on lm_head would never train",
-                         "set loss_fn.chunked: auto or false, or drop lm_head from peft.target_modules"))
-    return problems
-
-
-
-def check_step_callables(cfg: RecipeConfig) -> None:
-    """Refuse, before any worker starts, what would be a traceback at the first step."""
-    for key, why, fix in step_callable_problems(cfg)[:1]:
-        raise ConfigError(f"{key}: {why}; {fix}")
-
-
-def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:
-    """The resume checks of the workers (trainer.recipes.base_recipe.select_checkpoint) that need no
-    model, so that the launcher and ``--dry-run`` refuse what the workers would: the config
-    comparison, and the PEFT part of the signature (the architecture part needs the built model)."""
-    peft = cfg.peft.model_dump() if cfg.peft is not None else None
-
-    def peft_differences(saved: dict) -> list[str]:
-        if "peft" not in saved:
-            return []
-        return ckpt.signature_differences({"peft": ckpt.model_signature(None, peft)["peft"]}, {"peft": saved["peft"]})
-
-    ckpt.checked_resume(cfg, Path(cfg.checkpoint.checkpoint_dir), world_size, peft_differences)
-
-
 def launch_world_size() -> int:
     env = os.environ
     if "WORLD_SIZE" in env:
@@ -259,10 +36,6 @@ def launch_world_size() -> int:
     if "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
         return int(env["SLURM_NTASKS"])
     return 1
-
-
-def _is_rank_zero() -> bool:
-    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
 def run(argv: list[str]) -> int:
@@ -277,17 +50,17 @@ def run(argv: list[str]) -> int:
         raw, cfg = load_config(argv[0], argv[1:])
         preflight(cfg, launch_world_size(), compare_resume=False)
     except ConfigError as exc:
-        if _is_rank_zero():
+        if is_rank_zero():
             print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
 
-    from trainer.builders import resolve_target
-    from trainer.dist import check_on_main, init_distributed, lost_peer
+    from trainer.components.targets import resolve_target
+    from trainer.distributed.dist import check_on_main, init_distributed, lost_peer
 
     try:
         info = init_distributed(cfg.distributed.backend)
     except ConfigError as exc:
-        if _is_rank_zero():
+        if is_rank_zero():
             print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     try:
@@ -325,7 +98,7 @@ def run(argv: list[str]) -> int:
 def _stop(signum, frame) -> None:
     """SIGINT (Ctrl-C, or torch.distributed.run passing it on): stop quietly, once. Further ones are
     ignored so that the exit below is not interrupted into a traceback. Checkpoints stay whole: a save
-    is staged, marked complete and renamed into place (trainer/checkpoint.py), so one cut short is a
+    is staged, marked complete and renamed into place (trainer/components/checkpoint.py), so one cut short is a
     ``.tmp_`` folder that resume skips. SIGTERM keeps its default (the process ends at once, silently)
     rather than waiting for a collective to return to Python."""
     global _stop_requested
@@ -346,8 +119,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         _leaving = True  # inside the try: a Ctrl-C just before this line is still caught below
     except KeyboardInterrupt:  # no traceback per rank: the launcher says it once ("stopped by SIGINT")
         code = EXIT_INTERRUPTED  # _stop ignores further Ctrl-Cs from here on
-    if "trainer.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
+    if "trainer.distributed.dist" not in sys.modules:  # stopped before torch was needed: nothing to tear down
         sys.exit(code)
-    from trainer.dist import exit_process
+    from trainer.distributed.dist import exit_process
 
     exit_process(code, synchronize=code in (EXIT_OK, EXIT_CONFIG), tear_down=code != EXIT_INTERRUPTED)

@@ -4,7 +4,7 @@ The sum, not the mean: the loop divides by the label tokens of the whole global 
 gradient-accumulation micro-batches and data-parallel ranks), as NeMo AutoModel's
 `num_label_tokens` does, so the loss does not depend on how the batch is split. FSDP2 and DDP
 average gradients over the dp ranks, so a rank backpropagates loss_sum * dp_size / global_label_tokens
-(tests/dist_scripts/parallel_equivalence.py checks this equals one process on the whole batch).
+(tests/trainer/distributed/dist_scripts/parallel_equivalence.py checks this equals one process on the whole batch).
 
 `chunked=True` never holds the [B*T, V] logits: the LM head and the cross-entropy run fused,
 chunk by chunk, with the gradients computed in forward (trainer/fused/linear_cross_entropy.py;

@@ -5,7 +5,7 @@ The real recipe (`TrainFinetuneRecipe`) runs in this process: random init of the
 mixed-precision policy on a one-GPU mesh, `torch.compile` per block, the fused linear +
 cross-entropy, fused AdamW, mock data at seq 4096. It prints tokens/s and MFU (PaLM's
 6N + 12·L·d·S FLOPs per token over the dense bf16 peak of the GPU's hardware card), the peak
-memory next to the planner's estimate (service/memory.py, engine "bundled"), and the time taken.
+memory next to the planner's estimate (service/estimate/memory.py, engine "bundled"), and the time taken.
 
     python benchmarks/gpu/bench.py                      # on the GPU (run.sh sets it up)
     python benchmarks/gpu/bench.py --check-kernels      # fused kernels vs fallbacks on this GPU
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-# The tiny CPU stand-in: the same recipe path in seconds (tests/test_fused_gpu_script.py).
+# The tiny CPU stand-in: the same recipe path in seconds (tests/trainer/fused/test_gpu_benchmark_script.py).
 TINY_MODEL = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                   max_position_embeddings=4096)
@@ -64,8 +64,8 @@ def recipe_config(args, out_dir: Path, model: str, gpu_type: str) -> dict:
 def planner_estimate(model: str, args) -> dict:
     """The planner's per-GPU estimate for this run (GiB), from the model's config.json."""
     from recipe_index.models import card_from_config, find_bundled_model
+    from service.estimate.memory import estimate_memory, model_shape
     from service.facts import Layout
-    from service.memory import estimate_memory, model_shape
 
     path = Path(model) / "config.json"
     card = card_from_config(json.loads(path.read_text()), "bench", str(path)) if path.is_file() \
@@ -79,9 +79,9 @@ def planner_estimate(model: str, args) -> dict:
 def run(args) -> dict:
     import torch
 
-    from trainer.config import parse_config
-    from trainer.dist import init_distributed
-    from trainer.metrics import device_peak_flops, flops_per_token
+    from trainer.components.metrics import device_peak_flops, flops_per_token
+    from trainer.contract.config import parse_config
+    from trainer.distributed.dist import init_distributed
     from trainer.recipes.train_ft import TrainFinetuneRecipe
 
     started = time.perf_counter()
@@ -129,7 +129,8 @@ def print_report(r: dict) -> None:
     print(f"device {r['device']} (card {r['gpu_type']}), {r['params'] / 1e9:.2f}B params, batch {r['batch']} x seq "
           f"{r['seq']}, {r['steps_timed']} timed steps")
     print(f"tokens/s: {r['tokens_per_s']:,.0f}")
-    mfu = f"{r['mfu_bf16_dense']:.1%}" if r["mfu_bf16_dense"] is not None else "n/a (no dense bf16 peak for this device)"
+    mfu = (f"{r['mfu_bf16_dense']:.1%}" if r["mfu_bf16_dense"] is not None
+           else "n/a (no dense bf16 peak for this device)")
     print(f"MFU (bf16 dense peak): {mfu}")
     est = r["planner_estimate_gib"]
     reserved = f", reserved {r['peak_reserved_gib']:.1f}" if r["peak_reserved_gib"] is not None else ""
@@ -189,7 +190,6 @@ def check_kernels(device: str) -> int:
 
 
 def _run(fn, kern, inputs):
-    import torch
 
     leaves = [t.detach().clone().requires_grad_() for t in inputs]
     out = fn(kern, *leaves)

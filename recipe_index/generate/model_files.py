@@ -101,7 +101,8 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
         if value is None or (hf_key == "head_dim" and mla):
             continue  # MLA: Megatron's kv_channels is not an HF head_dim; the card derives v_head_dim
         cfg[hf_key] = value
-    if model_type.startswith(_DEEPSEEK_STYLE) and model_type != "nemotron_h" and ref.get("shared_expert_intermediate_size"):
+    if (model_type.startswith(_DEEPSEEK_STYLE) and model_type != "nemotron_h"
+            and ref.get("shared_expert_intermediate_size")):
         expected = (ref.get("num_shared_experts") or 0) * (ref.get("moe_ffn_hidden_size") or 0)
         if ref["shared_expert_intermediate_size"] != expected:
             raise GenerationError(f"{model_key}: shared expert width disagrees with n_shared_experts x moe width")
@@ -120,7 +121,8 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
     total, active = override.get("published", (ref.get("total_params"), ref.get("active_params")))
     pattern = cfg.get("hybrid_override_pattern")
     if pattern is not None and len(pattern) != cfg["num_hidden_layers"]:
-        raise GenerationError(f"{model_key}: hybrid pattern has {len(pattern)} letters for {cfg['num_hidden_layers']} layers")
+        raise GenerationError(f"{model_key}: hybrid pattern has {len(pattern)} letters for "
+                              f"{cfg['num_hidden_layers']} layers")
     arch = _ARCH.get(ref.get("architecture") or "", None)
     cfg.update({
         "_name_or_path": hf_id,

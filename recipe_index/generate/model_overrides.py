@@ -53,7 +53,8 @@ _NEMOTRONH_SRC = "Megatron-Bridge src/megatron/bridge/models/nemotronh/nemotron_
 
 def _nemotron_h(provider: str, pattern: str, context: int, mamba_heads: int, mamba_head_dim: int, state: int,
                 **more: Any) -> dict[str, Any]:
-    """A Nemotron-H entry: layer pattern and Mamba sizes from Megatron Bridge's provider, vocab from the public config."""
+    """A Nemotron-H entry: layer pattern and Mamba sizes from Megatron Bridge's provider, vocab from the public
+    config."""
     return {
         "model_type": "nemotron_h",
         "fill": {"vocab_size": 131072, "max_position_embeddings": context, "mamba_num_heads": mamba_heads,

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import yaml
 
 from recipe_index.generate import load_reference
-from recipe_index.generate.known_issues import KNOWN_ISSUES
+from recipe_index.known_issues import KNOWN_ISSUES
 from recipe_index.megatron import BRIDGE_COMMIT, convert_record, short_name
 from recipe_index.models import find_bundled_model
 

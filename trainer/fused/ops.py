@@ -16,7 +16,7 @@ What each saves for backward (per token, activations in the input dtype):
   model rotates q and k in the projections' [B, T, heads, d] layout: SDPA then reads transposed views
   and writes its output in that layout, so the output projection's input is a view, not a copy.
 
-Norms that tensor/sequence parallel hands DTensors (trainer/parallelize.py) are switched to the
+Norms that tensor/sequence parallel hands DTensors (trainer/distributed/parallelize.py) are switched to the
 reference math, which DTensor propagates op by op.
 """
 

@@ -24,9 +24,9 @@ from typing import Any, Mapping, Optional
 import torch
 from torch import nn
 
-from trainer.fast_paths import fused_step_runs
+from trainer.contract.fast_paths import fused_step_runs
+from trainer.contract.overrides import ConfigError
 from trainer.models.config import KERNEL_SETTINGS
-from trainer.overrides import ConfigError
 
 _FUSED_DEVICES = ("cpu", "cuda", "xpu", "mps")
 FP8_MIN_CAPABILITY = (8, 9)
@@ -67,7 +67,7 @@ def resolve_loss_kernels(setting: str, device_type: str) -> str:
 def fast_optimizer_kwargs(target: Optional[str], kwargs: Mapping[str, Any], device_type: str,
                           strategy: str = "ddp") -> dict[str, Any]:
     """The optimizer's keyword arguments with `fused=True` added where torch has a fused kernel for
-    this device and ``distributed.strategy`` (trainer.fast_paths.fused_step_runs)."""
+    this device and ``distributed.strategy`` (trainer.contract.fast_paths.fused_step_runs)."""
     out = dict(kwargs)
     if (fused_step_runs(target, strategy) and device_type in _FUSED_DEVICES and "fused" not in out
             and "foreach" not in out):
@@ -132,7 +132,8 @@ def check_fp8(device_type: str, capability: Optional[tuple[int, int]] = None, tp
                           f"{device_type}. Use precision: bf16 or fp32 here")
     if capability is not None and tuple(capability) < FP8_MIN_CAPABILITY:
         raise ConfigError(f"precision: fp8 needs compute capability {FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]}+ "
-                          f"(Ada, Hopper, Blackwell); this GPU has {capability[0]}.{capability[1]}. Use precision: bf16")
+                          f"(Ada, Hopper, Blackwell); this GPU has {capability[0]}.{capability[1]}. "
+                          "Use precision: bf16")
     if tp_size > 1:
         raise ConfigError("precision: fp8 runs with data parallel (FSDP2/DDP) only in the bundled trainer; "
                           "set distributed.tp_size: 1 or precision: bf16")

@@ -1,7 +1,7 @@
 """Build a `CausalLM` from a name or path: resolve its config, construct on the meta device, then
 materialise with a deterministic init or Hugging Face weights.
 
-Resolution order (DESIGN.md): a local folder / `config.json`, then a bundled id or alias of the
+Resolution order: a local folder / `config.json`, then a bundled id or alias of the
 recipe index, then a Hugging Face hub repo (its cache; `HF_HUB_OFFLINE` honoured). Weights come from
 the local folder or a hub snapshot (of the bundled card's `hf_id`).
 
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from recipe_index.models import hub_offline
-from trainer.hf_io import SafetensorsReader, WeightsNotFoundError, has_hf_weights
+from trainer.components.hf_io import SafetensorsReader, WeightsNotFoundError, has_hf_weights
 from trainer.models.config import DecoderConfig, ModelConfigError
 from trainer.models.decoder import CausalLM
 

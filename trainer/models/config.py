@@ -13,8 +13,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from trainer.model_settings import (  # noqa: F401  (re-exported: the settings the decoder builds from)
-    ATTN_IMPLEMENTATIONS, DEFAULT_MAX_POSITIONS, DTYPES, KERNEL_SETTINGS, KERNELS, LINEAR_MODULES,
+from trainer.contract.model_settings import (  # noqa: F401  (re-exported: the settings the decoder builds from)
+    ATTN_IMPLEMENTATIONS,
+    DEFAULT_MAX_POSITIONS,
+    DTYPES,
+    KERNEL_SETTINGS,
+    KERNELS,
+    LINEAR_MODULES,
 )
 
 ARCHITECTURES = {

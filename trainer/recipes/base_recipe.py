@@ -27,8 +27,11 @@ import torch
 import yaml
 from torch import nn
 
-from trainer import checkpoint as ckpt
-from trainer.dist import DistInfo, barrier, fault_point
+from trainer.components import state_io
+from trainer.components.checkpoint import CheckpointDir
+from trainer.contract.checkpoint_layout import checkpoint_name, write_schedule
+from trainer.contract.resume_checks import checked_resume, signature_differences
+from trainer.distributed.dist import DistInfo, barrier, fault_point
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 
@@ -55,10 +58,10 @@ class RNGState:
     per_rank_state = True
 
     def state_dict(self) -> dict[str, Any]:
-        return ckpt.rng_state()
+        return state_io.rng_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        ckpt.set_rng_state(state)
+        state_io.set_rng_state(state)
 
 
 def log(message: str, info: Optional[DistInfo] = None) -> None:
@@ -102,7 +105,7 @@ class BaseRecipe:
     def save_checkpoint(self, epoch: int, step: int) -> Path:
         """Write every tracked object into a staging folder, then publish it atomically."""
         info: DistInfo = self.dist
-        store = ckpt.CheckpointDir(self.checkpoint_dir, self.cfg.checkpoint.keep_last)
+        store = CheckpointDir(self.checkpoint_dir, self.cfg.checkpoint.keep_last)
         if info.is_main:
             store.remove_stale_staging()
             store.prepare_staging(epoch, step)
@@ -114,21 +117,21 @@ class BaseRecipe:
             if is_model(obj):
                 self.save_model_files(obj, staging / "model")
             elif is_optimizer(obj):
-                ckpt.save_optimizer(self.model, obj, staging / ("optim" if key == "optimizer" else key))
+                state_io.save_optimizer(self.model, obj, staging / ("optim" if key == "optimizer" else key))
             elif is_per_rank(obj):
-                ckpt.save_torch(obj.state_dict(), staging / key / f"rank_{info.rank}.pt")
+                state_io.save_torch(obj.state_dict(), staging / key / f"rank_{info.rank}.pt")
             else:
                 shared[key] = obj.state_dict()
         if info.is_main:
-            ckpt.save_torch(shared, staging / TRAINER_STATE_FILE)
+            state_io.save_torch(shared, staging / TRAINER_STATE_FILE)
             (staging / "config.yaml").write_text(yaml.safe_dump(self.raw_config, sort_keys=False))
             (staging / "signature.json").write_text(json.dumps(self.model_signature(), indent=2) + "\n")
             steps = getattr(self, "step_scheduler", None)
             if steps is not None:
-                ckpt.write_schedule(staging, steps.steps_per_epoch, steps.total_steps)
+                write_schedule(staging, steps.steps_per_epoch, steps.total_steps)
         barrier()
         fault_point("during_save", step, info.rank)
-        final = store.publish(staging, epoch, step) if info.is_main else store.root / ckpt.checkpoint_name(epoch, step)
+        final = store.publish(staging, epoch, step) if info.is_main else store.root / checkpoint_name(epoch, step)
         barrier()
         return final
 
@@ -140,12 +143,12 @@ class BaseRecipe:
         auto-detected one: starting fresh in its folder would overwrite it (``checkpoint.enabled:
         false`` runs without auto-resume and without saving). One that fits is then compared with the
         config it was saved under
-        (``checkpoint.check_resume_config``): a changed convergence key is an error unless
+        (``resume_checks.check_resume_config``): a changed convergence key is an error unless
         ``checkpoint.allow_config_change`` is set.
         """
-        path, warnings = ckpt.checked_resume(
+        path, warnings = checked_resume(
             self.cfg, self.checkpoint_dir, self.dist.world_size if self.dist else None,
-            lambda saved: ckpt.signature_differences(self.model_signature(), saved))
+            lambda saved: signature_differences(self.model_signature(), saved))
         if path is None and self.cfg.restore_from and self.cfg.restore_from.path == "LATEST":
             # "the newest if any", as AutoModel and torchtitan read it
             log(f"warning: restore_from.path is LATEST but {self.checkpoint_dir} holds no complete checkpoint; "
@@ -160,17 +163,17 @@ class BaseRecipe:
         Optimizers first: their state dict carries the lr of the saved run's schedule, and an LR
         scheduler restored after them sets the lr of this run's schedule for the next step."""
         info: DistInfo = self.dist
-        shared = ckpt.load_torch(path / TRAINER_STATE_FILE)
+        shared = state_io.load_torch(path / TRAINER_STATE_FILE)
         for key in sorted(self.tracked_state, key=lambda k: not is_optimizer(getattr(self, k))):
             obj = getattr(self, key)
             if is_model(obj):
                 continue
             if is_optimizer(obj):
-                ckpt.load_optimizer(self.model, obj, path / ("optim" if key == "optimizer" else key))
+                state_io.load_optimizer(self.model, obj, path / ("optim" if key == "optimizer" else key))
             elif is_per_rank(obj):
                 file = path / key / f"rank_{info.rank}.pt"
                 if file.is_file():
-                    obj.load_state_dict(ckpt.load_torch(file))
+                    obj.load_state_dict(state_io.load_torch(file))
                 else:
                     log(f"warning: {file} is missing (saved with fewer ranks); {key} keeps its fresh state", info)
             elif key in shared:

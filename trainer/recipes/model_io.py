@@ -12,12 +12,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.builders import instantiate
-from trainer.config import RecipeConfig
-from trainer.dist import DistInfo
-from trainer.model_checks import (ELSEWHERE, check_default_loader_kwargs, check_seq_lengths, declared_positions,
-                                  dtype_name)
-from trainer.overrides import ConfigError
+from trainer.components.targets import instantiate
+from trainer.contract.config import RecipeConfig
+from trainer.contract.model_checks import (
+    ELSEWHERE,
+    check_default_loader_kwargs,
+    check_seq_lengths,
+    declared_positions,
+    dtype_name,
+)
+from trainer.contract.overrides import ConfigError
+from trainer.distributed.dist import DistInfo
 
 CONSOLIDATED, SHARDED = "consolidated", "sharded"
 
@@ -80,7 +85,7 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
 
 
 def apply_peft(model: nn.Module, section) -> nn.Module:
-    from trainer.peft import apply_lora, unwrap_model
+    from trainer.components.peft import apply_lora, unwrap_model
 
     try:
         model = apply_lora(model, rank=section.rank, alpha=section.alpha, dropout=section.dropout,
@@ -91,7 +96,7 @@ def apply_peft(model: nn.Module, section) -> nn.Module:
     if section.merge_on_save and getattr(config, "tie_word_embeddings", False) and any(
             name.endswith("lm_head.lora_A") for name, _ in model.named_modules()):
         # The merged checkpoint keeps one tensor for the tied embedding and head: the head's update
-        # would be dropped, or would change the input embedding too (bug hunt s9 F2b).
+        # would be dropped, or would change the input embedding too.
         raise ConfigError("peft.target_modules: an adapter on lm_head of a model with tied embeddings cannot be "
                           "merged (the head is the input embedding); drop lm_head from peft.target_modules, "
                           "or set peft.merge_on_save: false to save the adapter on its own")
@@ -126,7 +131,7 @@ def restore_weights_after_sharding(model: nn.Module, ckpt_dir: Path, *, peft: bo
     """LoRA runs: the adapter onto the (seeded or pretrained) base. Runs saved without consolidated
     weights (checkpoint.save_consolidated: false): the sharded copy, resharded by DCP."""
     if peft:
-        from trainer.peft import load_adapter
+        from trainer.components.peft import load_adapter
 
         try:
             load_adapter(model, ckpt_dir / "model")
@@ -146,7 +151,7 @@ def restore_weights_after_sharding(model: nn.Module, ckpt_dir: Path, *, peft: bo
 
 def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
     """(mesh or None, data-parallel process group, data-parallel size)."""
-    from trainer.parallelize import ParallelConfigError, build_mesh
+    from trainer.distributed.parallelize import ParallelConfigError, build_mesh
 
     try:
         mesh = build_mesh(info.world_size, cfg.distributed.tp_size, info.device.type)
@@ -158,7 +163,7 @@ def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
 
 
 def parallelize(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device) -> nn.Module:
-    from trainer.parallelize import ParallelConfigError, parallelize_model
+    from trainer.distributed.parallelize import ParallelConfigError, parallelize_model
 
     d = cfg.distributed
     if cfg.precision == "fp8":
@@ -182,14 +187,14 @@ def compute_precision(precision: str) -> str:
 
 
 def autocast(model: nn.Module, precision: str, device_type: str):
-    from trainer.parallelize import autocast_context
+    from trainer.distributed.parallelize import autocast_context
 
     return autocast_context(model, compute_precision(precision), device_type)
 
 
 def _tokenizer_beside(cfg: RecipeConfig, folder: Path) -> None:
+    from trainer.contract.tokenizer_files import save_tokenizer, training_tokenizer
     from trainer.recipes.base_recipe import log
-    from trainer.tokenizer_files import save_tokenizer, training_tokenizer
 
     warning = save_tokenizer(training_tokenizer(cfg.dataset), folder)
     if warning:
@@ -204,9 +209,9 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
     in the Hugging Face PEFT layout (``adapter_model.safetensors``, ``adapter_config.json``), plus
     merged weights in ``consolidated/`` when ``peft.merge_on_save`` is set.
     """
-    from trainer.hf_io import save_hf_model
+    from trainer.components.hf_io import save_hf_model
+    from trainer.distributed.parallelize import full_state_dict
     from trainer.models import unwrap_model
-    from trainer.parallelize import full_state_dict
 
     config = unwrap_model(model).config
     if cfg.peft is None and not cfg.checkpoint.save_consolidated:
@@ -221,7 +226,7 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
             save_hf_model(state, config, out_dir / CONSOLIDATED)
             _tokenizer_beside(cfg, out_dir / CONSOLIDATED)
         return
-    from trainer.peft import lora_scalings, merged_state_dict, save_adapter
+    from trainer.components.peft import lora_scalings, merged_state_dict, save_adapter
 
     p = cfg.peft
     save_adapter(model, out_dir, rank=p.rank, alpha=p.alpha, dropout=p.dropout, target_modules=p.target_modules,

@@ -24,19 +24,27 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.builders import dataset_call, instantiate, resolve_target
-from trainer.config import RecipeConfig
+from trainer.components.lr_schedule import build_lr_scheduler
+from trainer.components.metrics import (
+    JsonlWriter,
+    MetricsSample,
+    device_peak_flops,
+    flops_per_token,
+    make_progress_bar,
+    peak_memory_gib,
+    update_progress_bar,
+)
+from trainer.components.targets import instantiate, resolve_target
+from trainer.contract.builders import dataset_call
+from trainer.contract.config import RecipeConfig
+from trainer.contract.overrides import ConfigError
+from trainer.contract.step_scheduler import StepScheduler
 from trainer.data import IGNORE_INDEX, ResumableDataLoader
-from trainer.dist import DistInfo, fault_point
+from trainer.distributed.dist import DistInfo, fault_point
+from trainer.distributed.parallelize import reshard_after_no_grad_forward
 from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
-from trainer.lr_schedule import build_lr_scheduler
-from trainer.metrics import (JsonlWriter, MetricsSample, device_peak_flops, flops_per_token, make_progress_bar,
-                             peak_memory_gib, update_progress_bar)
-from trainer.overrides import ConfigError
-from trainer.parallelize import reshard_after_no_grad_forward
 from trainer.recipes import model_io
 from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
-from trainer.step_scheduler import StepScheduler
 
 
 def build_loss_fn(section) -> Callable[..., tuple[torch.Tensor, int]]:
@@ -156,7 +164,7 @@ class TrainFinetuneRecipe(BaseRecipe):
                                   f"({self.dp_size}); add samples")
             self.untrack_state("val_dataloader")  # validation always reads the whole set from the start
             samples, read = len(self.val_dataloader.dataset), len(self.val_dataloader) * self.val_dataloader.batch_size
-            if read * self.dp_size < samples:  # whole local batches on every rank (bug hunt s9 F4)
+            if read * self.dp_size < samples:  # whole local batches on every rank
                 log(f"warning: validation reads {read * self.dp_size} of the {samples} samples of validation_dataset "
                     f"(whole local batches of {self.val_dataloader.batch_size} on each of {self.dp_size} data-parallel "
                     "rank(s)), so its loss also depends on the number of ranks; give it a multiple of "
@@ -199,7 +207,7 @@ class TrainFinetuneRecipe(BaseRecipe):
     # ---- BaseRecipe hooks ---------------------------------------------------------------------
     def model_signature(self) -> dict[str, Any]:
         peft = self.cfg.peft.model_dump() if self.cfg.peft is not None else None
-        from trainer.checkpoint import model_signature
+        from trainer.contract.resume_checks import model_signature
 
         return model_signature(self.model_config, peft)
 

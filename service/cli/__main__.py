@@ -1,0 +1,4 @@
+"""`python -m service.cli`: the same CLI as the recipe-advisor command."""
+from service.cli.app import main
+
+main()

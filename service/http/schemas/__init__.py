@@ -1,0 +1,91 @@
+"""Request and response bodies of the HTTP API: the contract behind /openapi.json.
+
+Every field carries a description and an example so that /docs reads as the
+reference. The bodies live in ``service.http.schemas.requests`` (what a client sends) and
+``service.http.schemas.responses`` (what the service answers), the bounds on a request in
+``service.request``; this module names them all in one place, so the routes and clients write
+``m.PlanBody`` and ``m.MAX_GPUS``.
+"""
+
+from service.http.schemas.requests import (
+    ENGINE,
+    GOAL,
+    GRAD_REDUCE_DTYPE,
+    PRECISION,
+    RECIPE_KIND,
+    DiffBody,
+    OverrideValue,
+    PlanBody,
+    RecommendBody,
+    ValidateRequest,
+)
+from service.http.schemas.responses import (
+    LAYER,
+    SEVERITY,
+    ChangeOut,
+    DiffResponse,
+    DiffSummary,
+    ErrorResponse,
+    FileFindings,
+    FindingOut,
+    HardwareOut,
+    HealthResponse,
+    LayoutOut,
+    MemoryBreakdown,
+    ModelDetail,
+    ModelSummary,
+    PlanHardware,
+    PlanResponse,
+    RecipeDetail,
+    RecipeRef,
+    RecipeSummary,
+    RecommendHardware,
+    RecommendResponse,
+    Rejection,
+    ValidateResponse,
+    ValidateSummary,
+)
+from service.request import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_NAME, MAX_NODES, MAX_SEQ_LENGTH, MAX_TOP
+
+__all__ = [
+    "ENGINE",
+    "GOAL",
+    "GRAD_REDUCE_DTYPE",
+    "LAYER",
+    "MAX_GLOBAL_BATCH",
+    "MAX_GPUS",
+    "MAX_NAME",
+    "MAX_NODES",
+    "MAX_SEQ_LENGTH",
+    "MAX_TOP",
+    "PRECISION",
+    "RECIPE_KIND",
+    "SEVERITY",
+    "ChangeOut",
+    "DiffBody",
+    "DiffResponse",
+    "DiffSummary",
+    "ErrorResponse",
+    "FileFindings",
+    "FindingOut",
+    "HardwareOut",
+    "HealthResponse",
+    "LayoutOut",
+    "MemoryBreakdown",
+    "ModelDetail",
+    "ModelSummary",
+    "OverrideValue",
+    "PlanBody",
+    "PlanHardware",
+    "PlanResponse",
+    "RecipeDetail",
+    "RecipeRef",
+    "RecipeSummary",
+    "RecommendBody",
+    "RecommendHardware",
+    "RecommendResponse",
+    "Rejection",
+    "ValidateRequest",
+    "ValidateResponse",
+    "ValidateSummary",
+]

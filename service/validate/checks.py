@@ -1,0 +1,27 @@
+"""Every rule, registered: the layout checks the planner prunes with, and the tables validate runs.
+
+Importing this module imports every rule module, so no caller judges by a partial table because it
+happened to import one rule module first.
+"""
+
+from __future__ import annotations
+
+from service.facts import Facts, Finding
+from service.validate.rules import config_rules, data_rules, engine, layout, memory_fit, packing, precision, targets  # noqa: F401  (they register)
+from service.validate.rules.registry import CONFIG_RULES, LAYOUT_RULES, Rule
+
+__all__ = ["CONFIG_RULES", "LAYOUT_RULES", "all_rules", "check_layout"]
+
+
+def check_layout(facts: Facts) -> list[Finding]:
+    """Every layout/batch/hardware rule over one set of facts (the planner's pruning too)."""
+    findings = []
+    for rule in LAYOUT_RULES:
+        violation = rule.check(facts)
+        if violation is not None:
+            findings.append(rule.finding(violation))
+    return findings
+
+
+def all_rules() -> list[Rule]:
+    return sorted(LAYOUT_RULES + CONFIG_RULES, key=lambda r: r.code)

@@ -1,0 +1,323 @@
+"""Validate config files: YAML with positions -> schema -> facts -> every rule.
+
+The same layout rules the planner prunes with (``service.validate.checks``) run here, so a config
+the recommender emits and a config a pull request edits are judged alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from pydantic import ValidationError
+
+from recipe_index.cards import HardwareCard, ModelCard
+from recipe_index.known_issues import KNOWN_ISSUES
+from service.configs.yamlio import Document, YamlError, load_yaml, read_file
+from service.facts import Facts, Finding, Layout, split_world
+from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
+from service.validate.rules.layout import PIPELINE_SPLIT_KEYS
+from service.validate.rules.registry import Violation
+from service.validate.view import ConfigView
+from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
+from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head
+from trainer.contract.text import clipped
+
+YAML_SUFFIXES = (".yaml", ".yml")
+ModelResolver = Callable[[str], ModelCard]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    unusable: bool = False
+
+    @property
+    def errors(self) -> int:
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "error")
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning")
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "findings": [f.to_dict() for f in self.findings]}
+
+
+class BadArgument(ValueError):
+    """An unusable command-line value (unknown --gpu-type, ...)."""
+
+
+def _loc_key(loc: tuple) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+def _schema(view: ConfigView, data: dict) -> Optional[RecipeConfig]:
+    """Parse into the schema; drop each offending key and retry so the other rules still run."""
+    data = copy.deepcopy(data)
+    reported: set[str] = set()
+    for _ in range(4):
+        try:
+            return RecipeConfig.model_validate(data)
+        except ValidationError as exc:
+            drops = []
+            for err in exc.errors():
+                loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+                key = _loc_key(loc)
+                # A required key that is missing cannot be dropped: drop its section for the retry.
+                drops.append(loc[:-1] if err["type"] == "missing" and len(loc) > 1 else loc)
+                if key in reported:
+                    continue
+                reported.add(key)
+                if err["type"] == "extra_forbidden":
+                    section = key.rpartition(".")[0]
+                    options = section_fields(section) if section else top_level_keys()
+                    view.unknown_keys.append((key, options))
+                else:
+                    got = err.get("input")
+                    shown = repr(got) if not isinstance(got, dict) else "a mapping"
+                    view.invalid_values.append(
+                        (key, f"`{key}`: {err['msg']} (got {shown[:80]})", _fix_for(err)))
+            # Last index first, so that dropping one list element does not shift the next one's index.
+            for loc in sorted(drops, key=lambda loc: [(0, p) if isinstance(p, int) else (1, str(p)) for p in loc],
+                              reverse=True):
+                _drop(data, loc)
+    return None
+
+
+def _fix_for(err: dict) -> str:
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return f"use one of {ctx['expected']}"
+    if err["type"].startswith(("greater_than", "less_than")):
+        return "use a value in range: " + ", ".join(f"{k} {v}" for k, v in ctx.items())
+    if err["type"] == "missing":
+        return "add the key"
+    return "fix the value's type"
+
+
+def _drop(data, loc: tuple) -> None:
+    node = data
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(node, dict):
+        node.pop(loc[-1], None)
+    elif isinstance(node, list) and isinstance(loc[-1], int) and loc[-1] < len(node):
+        node.pop(loc[-1])
+
+
+def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
+                   ) -> tuple[Optional[ModelCard], Optional[str], bool]:
+    """The model card, else what went wrong and whether the name resolved to nothing at all
+    (``True``) rather than to a config.json that cannot describe a model (``False``)."""
+    if not name:
+        return None, None, False
+    from recipe_index import resolve_model
+    from recipe_index.errors import UnknownModelError
+
+    try:
+        return (resolver or resolve_model)(name), None, False
+    except UnknownModelError as exc:  # RA-C009 gives its own fix: keep the finding to what went wrong
+        hint = f"; closest bundled ids: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+        return None, f"{exc.problem}{hint}", True
+    except (LookupError, ValueError, OSError) as exc:
+        return None, str(exc).rstrip("."), False
+
+
+def _resolve_hardware(name: str) -> tuple[Optional[HardwareCard], Optional[str]]:
+    from recipe_index import get_hardware
+
+    try:
+        return get_hardware(name), None
+    except (LookupError, ValueError) as exc:
+        return None, str(exc)
+
+
+def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: Optional[HardwareCard],
+                      gpus_per_node: int, num_nodes: int) -> Facts:
+    d = cfg.distributed
+    layout = Layout(tp=d.tp_size, pp=d.pp_size, vp=d.vp_size if (d.vp_size or 1) > 1 else None, cp=d.cp_size,
+                    ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
+                    micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
+    mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
+    # A layout string in our spelling, or in Megatron's own under `model:` (what RA-L019's fix names).
+    layout_string = d.pipeline_layout or (cfg.model.model_extra or {}).get("pipeline_model_parallel_layout")
+    extra = {"pipeline_layout": layout_string} if layout_string else {}
+    extra["grad_reduce_dtype"] = d.grad_reduce_dtype
+    split = {k: v for k, v in (cfg.model.model_extra or {}).items() if k in PIPELINE_SPLIT_KEYS}
+    if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
+        extra["pipeline_split"] = split
+    if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
+        extra.update({k: v for k, v in (("precision_recipe", cfg.metadata.precision_recipe),
+                                        ("megatron_recipe", cfg.metadata.megatron_recipe),
+                                        ("recipe_kind", cfg.metadata.kind)) if v})
+    if d.strategy == "megatron" and (d.use_megatron_fsdp or d.use_distributed_optimizer is False):
+        extra["sharding"] = "full" if d.use_megatron_fsdp else "none"  # the memory-fit rule's sharding
+    if d.strategy != "megatron":
+        extra["fused_loss"] = _fused_loss(cfg)
+    return Facts(layout=layout, world_size=gpus_per_node * num_nodes, model=model, hardware=hardware,
+                 gpus_per_node=gpus_per_node, global_batch_size=cfg.step_scheduler.global_batch_size,
+                 seq_length=cfg.seq_length, model_seq_length=cfg.model.seq_length, precision=cfg.precision,
+                 mode=mode, strategy=d.strategy, peft=cfg.peft is not None, extra=extra)
+
+
+def _fused_loss(cfg: RecipeConfig) -> bool:
+    """Whether the bundled trainer runs its chunked linear + cross-entropy (no full logits): only its
+    own loss does, and only unless the config turns ``loss_fn.chunked`` off (trainer/loss.py)."""
+    chunked = cfg.loss_fn.kwargs().get("chunked", "auto")
+    # `auto` takes the plain loss for a LoRA-adapted head (trainer/loss.py), `true` is refused with one
+    return cfg.loss_fn.target in TRAINER_LOSSES and chunked is not False and not (
+        chunked == "auto" and adapts_lm_head(cfg))
+
+
+def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+               nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> ConfigView:
+    view = ConfigView(doc=doc)
+    view.config = cfg = _schema(view, doc.data)
+    if cfg is None:
+        return view
+    model, view.model_error, view.model_unknown = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
+    hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
+    if gpus is not None:
+        view.gpus_flag = gpus
+        gpn, n = split_world(gpus, nodes, hardware.gpus_per_node if hardware else gpus)
+        if nodes is None and gpn == gpus:  # read per node (not as a total): the file's node count stands
+            n = cfg.hardware.num_nodes
+        view.gpus_read_as_total, view.nodes_flag = nodes is None and gpn != gpus, nodes
+    else:
+        gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes
+    view.facts = facts_from_config(cfg, model, hardware, gpn, n)
+    return view
+
+
+def _emit(rule, result, doc: Document) -> Iterable[Finding]:
+    violations = [result] if isinstance(result, Violation) else list(result or [])
+    for violation in violations:
+        finding = rule.finding(violation)
+        finding.line, finding.column = doc.position(finding.key)
+        yield finding
+
+
+def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+                      nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> list[Finding]:
+    view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
+    findings: list[Finding] = []
+    for rule in CONFIG_RULES:
+        findings.extend(_emit(rule, rule.check(view), doc))
+    if view.facts is not None:
+        for rule in LAYOUT_RULES:
+            findings.extend(_emit(rule, rule.check(view.facts), doc))
+    if any(f.code == "RA-M001" for f in findings):
+        # weights alone do not fit: the whole-memory estimate would only repeat it
+        findings = [f for f in findings if f.code != "RA-M002"]
+    _mark_known_issues(findings, view)
+    findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
+    return _capped(findings)
+
+
+# A pasted file of 50,000 unknown keys made a 18 MB answer: past this many findings
+# of one code and severity in one file, the last one listed says how many more there are (and the
+# summary still counts them).
+MAX_FINDINGS_PER_CODE = 100
+
+
+def _capped(findings: list[Finding]) -> list[Finding]:
+    kept: list[Finding] = []
+    seen: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        finding.message = clipped(finding.message, 4000, 2000)  # any echo of config text stays bounded
+        kind = (finding.code, finding.severity)
+        seen[kind] = seen.get(kind, 0) + 1
+        if seen[kind] <= MAX_FINDINGS_PER_CODE:
+            kept.append(finding)
+    for finding in reversed(kept):
+        more = seen.get((finding.code, finding.severity), 0) - MAX_FINDINGS_PER_CODE
+        if more > 0:
+            finding.not_listed = more
+            finding.message += f" (and {more:,} more {finding.code} {finding.severity}(s) in this file, not listed)"
+            seen[(finding.code, finding.severity)] = 0
+    return kept
+
+
+def _mark_known_issues(findings: list[Finding], view: ConfigView) -> None:
+    """Errors a shipped Bridge recipe is known to carry stay visible, as warnings: the codes its
+    ``metadata.known_issues`` lists *and* the index's reviewed table records for that recipe name
+    (recipe_index/known_issues.py). A file under review cannot waive its own findings by
+    listing them (``known_issues: [RA-S001]`` would pass a foreign ``_target_``)."""
+    meta = view.config.metadata if view.config else None
+    known = set(meta.known_issues) & set(KNOWN_ISSUES.get(meta.name or "", ())) if meta else set()
+    for finding in findings:
+        if finding.code in known and finding.severity == "error":
+            finding.severity = "warning"
+            finding.message = f"known upstream issue, kept as shipped: {finding.message}"
+
+
+def unusable_finding(err: YamlError) -> Finding:
+    return Finding(code="RA-F001", severity="error", message=err.reason, key=None, fix=err.fix,
+                   line=err.line, column=err.column)
+
+
+def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
+                  nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> FileReport:
+    """Validate one document. Raises YamlError when it is not a usable config at all.
+
+    ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
+    the HTTP service passes one that never reads local paths or the network for a client.
+    """
+    doc = load_yaml(text, path)
+    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model))
+
+
+def validate_file(path: str, **kwargs) -> FileReport:
+    try:
+        return validate_text(read_file(path), path, **kwargs)  # read_file refuses pipes and devices first
+    except YamlError as err:
+        return FileReport(path=path, findings=[unusable_finding(err)], unusable=True)
+    except OSError as err:
+        return FileReport(path=path, unusable=True, findings=[Finding(
+            code="RA-F001", severity="error", message=f"cannot read file: {err.strerror or err}",
+            fix="check the path and permissions")])
+
+
+def expand_paths(paths: Iterable[str]) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(YAML files to check, paths that do not exist, folders that hold no YAML file with the hidden folders
+    skipped in them), each path once however often it is named. Folders recurse and keep only *.yaml/*.yml (any
+    case), skipping hidden folders (``.git``)."""
+    files, missing, empty = {}, {}, {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found, hidden = 0, []
+            for root, dirs, names in os.walk(path):
+                hidden += [str(Path(root, d).relative_to(path)) for d in dirs if d.startswith(".")]
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    if name.lower().endswith(YAML_SUFFIXES):
+                        found += 1
+                        files.setdefault(os.path.realpath(Path(root) / name), str(Path(root) / name))
+            if not found:
+                empty.setdefault(os.path.realpath(path), (raw, hidden))
+        elif path.exists():
+            files.setdefault(os.path.realpath(path), str(path))
+        else:
+            missing.setdefault(raw, raw)
+    return list(files.values()), list(missing), dict(empty.values())
+
+
+def check_hardware_argument(gpu_type: Optional[str]) -> None:
+    if gpu_type is None:
+        return
+    _, error = _resolve_hardware(gpu_type)
+    if error:
+        raise BadArgument(error)

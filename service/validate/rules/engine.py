@@ -1,0 +1,176 @@
+"""Rules about who runs the config: the bundled trainer's capabilities, and a
+whole model that cannot fit its weights on one GPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from service.estimate.memory_shape import model_shape
+from service.facts import Facts
+from service.validate.rules.registry import Violation, config_rule, layout_rule
+from service.validate.rules.sizes import bundled
+from trainer.contract.capabilities import CAPABILITIES, supports_precision
+
+if TYPE_CHECKING:  # pragma: no cover
+    from service.validate.view import ConfigView
+
+GIB = 1024**3
+
+
+@config_rule("RA-E004", "error", "optimizer", "the bundled trainer's step can call the optimizer and loss",
+             "trainer/contract/preflight.py step_callable_problems (the pre-flight refuses the same)")
+def step_callables(view: "ConfigView") -> Iterator[Violation]:
+    from trainer.contract.preflight import step_callable_problems  # torch-free; the trainer's own check, not a copy
+
+    for key, why, fix in step_callable_problems(view.config) if _runs_bundled(view) else ():
+        yield Violation(f"{key}: {why}", fix, key=key)
+
+
+@config_rule("RA-E005", "error", "", "the bundled trainer is told what to build",
+             "trainer/contract/preflight.py section_problems (the pre-flight refuses the same)")
+def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
+    from trainer.contract.preflight import section_problems  # torch-free; the trainer's own check, not a copy
+
+    problems = section_problems(view.config) if _runs_bundled(view) else []
+    fragment = any(p.missing and p.key.startswith("model.") for p in problems)
+    for p in problems:
+        if not p.missing:
+            yield Violation(f"{p.key}: {p.why}", p.fix or "see the message", key=p.key)
+        elif _written_as_null(view.doc.data, p.key):  # `_target_: null`: written wrong, not left out
+            yield Violation(f"{p.key}: null; the bundled trainer refuses the config without it", p.fix, key=p.key)
+        elif p.key.startswith("model."):  # a fragment (a layout to check, a snippet): one warning for it
+            yield Violation(f"{p.key}: missing: the bundled trainer cannot run a config that names no model (nor, "
+                            "unless written, its dataset and optimizer)", p.fix, severity="warning", key=p.key)
+        elif not fragment:  # a section left out of a config that names its model
+            yield Violation(f"{p.key}: missing; the bundled trainer refuses the config without it", p.fix,
+                            severity="warning", key=p.key)
+
+
+def _runs_bundled(view: "ConfigView") -> bool:
+    """A config the bundled trainer runs (fsdp2/ddp): the ones its own pre-flight checks apply to."""
+    return view.config is not None and view.config.distributed.strategy != "megatron"
+
+
+def _written_as_null(data: dict, key: str) -> bool:
+    section, _, leaf = key.partition(".")
+    node = data.get(section)
+    return isinstance(node, dict) and leaf in node and node[leaf] is None
+
+
+@layout_rule("RA-E006", "error", "distributed.strategy", "Megatron runs on CUDA GPUs",
+             "Megatron Bridge needs Transformer Engine and NCCL; hardware.yaml's cpu card is the bundled trainer's")
+def megatron_needs_gpus(f: Facts) -> Optional[Violation]:
+    if f.strategy != "megatron" or f.hardware is None or f.hardware.arch != "cpu":
+        return None
+    return Violation("strategy: megatron on the cpu card: Megatron Bridge trains on CUDA GPUs (Transformer Engine, "
+                     "NCCL); the cpu card is for the bundled trainer's gloo smoke tests",
+                     "set hardware.gpu_type to a GPU (this is a Megatron Bridge config), or write a bundled-trainer "
+                     "config for the cpu card (recipe-advisor recommend --model MODEL --gpus N --gpu-type cpu "
+                     "--engine bundled)")
+
+
+@layout_rule("RA-E001", "error", "distributed.strategy", "the bundled trainer runs only what it declares",
+             "trainer/contract/capabilities.py")
+def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
+    if not bundled(f):
+        return None
+    lay = f.layout
+    missing = [name for name, size, cap in (
+        ("pp_size", lay.pp, "pipeline_parallel"),
+        ("vp_size", lay.vp_or_1, "virtual_pipeline"),
+        ("cp_size", lay.cp, "context_parallel"),
+        ("ep_size", lay.ep, "expert_parallel"),
+    ) if size > 1 and not CAPABILITIES.get(cap)]
+    if not lay.tp == 1 and not CAPABILITIES.get("tensor_parallel"):
+        missing.append("tp_size")
+    if not missing and lay.tp > 1 and f.strategy == "ddp" and not CAPABILITIES.get("tp_with_ddp", False):
+        return Violation(f"strategy ddp does not run tensor parallel (tp_size {lay.tp}): the bundled trainer "
+                         "shards TP with DTensor on a (dp, tp) mesh under FSDP2 only",
+                         "set distributed.strategy: fsdp2, or distributed.tp_size: 1", key="distributed.tp_size")
+    if not missing:
+        return None
+    return Violation(f"strategy {f.strategy} (the bundled trainer) does not support {', '.join(missing)} > 1",
+                     "set those sizes to 1, or use strategy: megatron and run the config with Megatron Bridge",
+                     key=f"distributed.{missing[0]}")
+
+
+@layout_rule("RA-E002", "error", "model.pretrained_model_name_or_path", "the bundled trainer's model families",
+             "trainer/contract/capabilities.py model_types / moe")
+def bundled_trainer_models(f: Facts) -> Optional[Violation]:
+    if not bundled(f) or f.model is None:
+        return None
+    # Megatron trains on CUDA GPUs only (RA-E006): on the cpu card the fix names a GPU type too.
+    gpu = " and a GPU type (hardware.gpu_type)" if f.hardware is not None and f.hardware.arch == "cpu" else ""
+    if f.model.is_moe and not CAPABILITIES.get("moe"):
+        return Violation(f"{f.model.id} is an MoE model; the bundled trainer runs dense decoders only",
+                         f"use strategy: megatron (Megatron Bridge){gpu} for MoE models")
+    model_type = f.model.model_type
+    if model_type and model_type not in CAPABILITIES["model_types"]:
+        return Violation(f"model_type {model_type!r} of {f.model.id} is not one the bundled trainer builds "
+                         f"({', '.join(CAPABILITIES['model_types'])})", f"use strategy: megatron{gpu} for this model")
+    return None
+
+
+@layout_rule("RA-E003", "error", "precision", "the bundled trainer's precisions",
+             "trainer/contract/capabilities.py precisions, fp8 (supports_precision)")
+def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
+    arch = f.hardware.arch if f.hardware is not None else None
+    if not bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
+        return None
+    fp8 = CAPABILITIES["fp8"]
+    if f.precision == "fp8" and arch in fp8["archs"]:
+        return Violation(f"fp8 in the bundled trainer ({fp8['via']}) runs with data parallel only, not with "
+                         f"tp_size {f.layout.tp}", "set distributed.tp_size: 1, or use precision: bf16",
+                         key="distributed.tp_size")
+    if f.precision == "fp8":
+        where = f"{f.hardware.name} ({arch})" if f.hardware is not None else "unknown hardware"
+        return Violation(f"fp8 in the bundled trainer needs a GPU of {', '.join(fp8['archs'])}; {where} is not one",
+                         "use precision: bf16, or set hardware.gpu_type to an fp8-capable GPU")
+    return Violation(f"precision {f.precision} is not supported by the bundled trainer "
+                     f"({', '.join(CAPABILITIES['precisions'])}, and fp8 on {', '.join(fp8['archs'])})",
+                     "use precision: bf16")
+
+
+def _weight_bytes(f: Facts, expert_shards: int = 1) -> float:
+    """The model's weights on one GPU when only EP x ETP (``expert_shards``) splits them: every dense
+    weight, and that share of the routed experts (the memory model's parameter split)."""
+    shape = model_shape(f.model)
+    routed = shape.layer_expert_params
+    bytes_per = 4 if f.precision == "fp32" and not f.peft else 2
+    return (shape.total_params - routed + routed / expert_shards) * bytes_per
+
+
+def _weights_shard_over_dp(f: Facts) -> bool:
+    """FSDP2, and Megatron-FSDP: as the config sets it (validate), or as the planner may choose it for
+    this layout (not for PEFT: Bridge's PEFT recipes keep the frozen base replicated)."""
+    if f.dp <= 1:
+        return False
+    if f.strategy == "fsdp2":
+        return True
+    return f.strategy == "megatron" and (f.extra.get("sharding") == "full" or (f.extra.get("planner", False)
+                                                                              and not f.peft))
+
+
+@layout_rule("RA-M001", "error", "distributed.tp_size", "a whole model on one GPU must fit its weights",
+             "weights alone: params x bytes per param must be below the GPU's memory")
+def whole_model_fits_weights(f: Facts) -> Optional[Violation]:
+    lay, hw = f.layout, f.hardware
+    if f.model is None or hw is None:
+        return None
+    # CP splits the sequence, not the weights; EP splits only the routed experts
+    if lay.tp * lay.pp > 1 or _weights_shard_over_dp(f):
+        return None
+    expert_shards = lay.ep * lay.etp if lay.ep > 1 else 1
+    weights = _weight_bytes(f, expert_shards)
+    if weights <= hw.memory_gib * GIB:
+        return None
+    need = int(-(-_weight_bytes(f) // (hw.memory_gib * GIB * 0.6)))
+    kept = ("a whole copy" if expert_shards == 1 else
+            f"every dense weight and 1/{expert_shards} of the routed experts (EP x ETP = {expert_shards})")
+    return Violation(f"{f.model.id} needs {weights / GIB:.1f} GiB for its weights alone on each GPU, more than "
+                     f"the {hw.memory_gib:g} GiB of one {hw.name}: this layout keeps {kept} per GPU",
+                     f"shard it over at least ~{need} GPUs: " + (
+                         "raise distributed.tp_size / pp_size (or ep_size for an MoE model), or turn on "
+                         "use_megatron_fsdp" if f.strategy == "megatron" else
+                         "strategy fsdp2 over more GPUs (raise hardware.gpus_per_node / num_nodes), with "
+                         "tp_size within the node"))

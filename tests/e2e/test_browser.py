@@ -1,0 +1,158 @@
+"""A real browser against a real server: Debian's chromium driven by Playwright.
+
+The server is uvicorn on 127.0.0.1 (a free port) in a thread of this process.
+The browser is the system's /usr/bin/chromium (`apt-get install chromium`), so
+nothing is downloaded. Screenshots land in $BROWSER_SCREENSHOTS (default: the
+test's tmp dir) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.service.http.test_web import BAD_TP, BAD_TP_LINE  # the same invalid config as the HTML tests
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+LAPTOP = {"width": 1366, "height": 900}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), (
+        f"{CHROMIUM} not found: apt-get install chromium (make test installs it)"
+    )
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    folder = Path(os.environ.get("BROWSER_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(params=[True, False], ids=["js", "no-js"])
+def page(request, browser):
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=request.param)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Console errors, CSP violations included; a page answered with a 4xx on purpose logs one too.
+    pg.on("console", lambda msg: errors.append(msg.text)
+          if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
+    pg.on("response", lambda r: errors.append(f"{r.status} {r.url}")
+          if r.status >= 400 and r.request.resource_type != "document" else None)
+    yield pg
+    context.close()
+    assert not errors, errors  # no script errors, no CSP violations, no missing style or script
+
+
+def test_recommend_form_to_result(page, live_server_url, shots, request):
+    page.goto(f"{live_server_url}/")
+    page.fill("#model", "llama3-70b")
+    page.select_option("#gpu_type", "h100")
+    page.fill("#gpus", "8")
+    page.fill("#nodes", "4")
+    page.select_option("#goal", "pretrain")
+    page.fill("#seq_length", "8192")
+    page.select_option("#engine", "megatron")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#layout")
+    assert "/recommend?" in page.url
+
+    headers = page.locator("table.layout th").all_inner_texts()
+    assert headers[:8] == ["TP", "PP", "VP", "CP", "EP", "ETP", "DP", "SP"]
+    cells = page.locator("table.layout td").all_inner_texts()
+    tp, pp, cp, dp = int(cells[0]), int(cells[1]), int(cells[3]), int(cells[6])
+    assert tp * pp * cp * dp == 32
+
+    chart = page.locator("#memory svg.memory")
+    assert chart.count() == 1
+    assert chart.locator("rect.segment").count() >= 4
+    assert "GiB of 80" in chart.locator("title").first.text_content()
+    box = chart.bounding_box()
+    assert box["width"] > 600 and box["height"] > 40  # drawn, at a readable size
+
+    config = page.locator("#config-yaml").inner_text()
+    assert "tp_size" in config and "llama3-70b" in config or "Meta-Llama-3-70B" in config
+    assert page.locator("#recipe").inner_text().count("llama3_70b") >= 1
+    assert page.locator("#changes table").count() == 1 or "None" in page.inner_text("#changes")
+    assert "torchrun" in page.inner_text("#commands")
+
+    download = page.locator("a[download]")
+    assert download.get_attribute("href").startswith("/recommend.yaml?")
+    if request.node.callspec.id == "js":
+        assert page.locator("button.copy-button").first.is_visible()
+    else:
+        assert not page.locator("button.copy-button").first.is_visible()  # needs JS, so hidden without it
+    page.screenshot(path=str(shots / f"recommend-{request.node.callspec.id}.png"), full_page=True)
+    assert (shots / f"recommend-{request.node.callspec.id}.png").stat().st_size > 20_000
+
+
+def test_download_button_gives_the_yaml(page, live_server_url, tmp_path):
+    page.goto(f"{live_server_url}/recommend?model=llama3-8b&gpu_type=h100&gpus=8&nodes=1&goal=sft&engine=megatron")
+    with page.expect_download() as info:
+        page.click("a[download]")
+    saved = tmp_path / info.value.suggested_filename
+    info.value.save_as(saved)
+    assert saved.name == "llama3-8b-sft-8xh100.yaml"
+    assert saved.read_text() == page.locator("#config-yaml").inner_text().rstrip("\n") + "\n"
+
+
+def test_form_error_is_shown_on_the_form(page, live_server_url):
+    page.goto(f"{live_server_url}/")
+    page.fill("#model", "llama3-8x")
+    page.click("button[type=submit]")
+    alert = page.locator("[role=alert]")
+    assert "llama3-8b" in alert.inner_text()
+    assert page.input_value("#model") == "llama3-8x"  # what the user typed stays
+
+
+def test_validate_page_shows_the_finding_on_its_line(page, live_server_url, shots):
+    page.goto(f"{live_server_url}/validate")
+    page.fill("#yaml", BAD_TP)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    flagged = page.locator(f"tr#L{BAD_TP_LINE}")
+    assert flagged.get_attribute("class") == "flagged"
+    assert "tp_size: 3" in flagged.inner_text()
+    finding = page.locator(f'tr.finding[data-line="{BAD_TP_LINE}"]').first
+    assert "distributed.tp_size" in finding.inner_text()
+    assert "error" in finding.inner_text()
+    # The finding row follows its line directly in the listing.
+    following = page.locator(f"tr#L{BAD_TP_LINE} + tr")
+    assert following.get_attribute("data-line") == str(BAD_TP_LINE)
+    page.screenshot(path=str(shots / "validate.png"), full_page=True)
+    assert (shots / "validate.png").stat().st_size > 10_000
+
+
+def test_validate_upload(page, live_server_url, tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(BAD_TP)
+    page.goto(f"{live_server_url}/validate")
+    page.set_input_files("#file", str(config))
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    assert "recipe.yaml" in page.inner_text("#findings")
+    assert page.locator(f'tr.finding[data-line="{BAD_TP_LINE}"]').count() >= 1
+
+
+def test_typed_markup_stays_text(page, live_server_url):
+    hostile = "<img src=x onerror=alert(1)>"
+    page.goto(f"{live_server_url}/validate")
+    page.fill("#yaml", f"model:\n  pretrained_model_name_or_path: '{hostile}'\n")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    assert page.locator("img").count() == 0
+    assert hostile in page.inner_text("table.listing")

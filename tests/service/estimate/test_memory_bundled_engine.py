@@ -1,0 +1,121 @@
+"""The planner's memory model for the bundled engine against what the trainer holds.
+
+Hand-computed terms of service/estimate/memory.py for the bundled engine (the fused loss, FSDP2's unsharded
+root and blocks, PEFT adapters on separate projections, DDP's autocast over fp32 parameters, fp32
+training), then the model next to a measured run (benchmarks/estimate_vs_measured.py: one process
+and two, FSDP2 and DDP) within 10% per term.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from recipe_index.models import card_from_config
+from service.estimate import constants as C
+from service.estimate.memory import MemoryModel, estimate_memory, fsdp2_working_set_bytes, model_shape
+from service.facts import Layout
+from tests.paths import REPO
+
+H, V, FFN, LAYERS, HEADS, KV, D = 256, 8192, 768, 2, 8, 4, 32
+CONFIG = {"model_type": "llama", "vocab_size": V, "hidden_size": H, "intermediate_size": FFN,
+          "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV, "head_dim": D,
+          "tie_word_embeddings": False, "max_position_embeddings": 4096}
+
+
+@pytest.fixture(scope="module")
+def shape():
+    return model_shape(card_from_config(CONFIG, "bench-llama", "test"))
+
+
+def test_fused_loss_keeps_hidden_gradient_and_fp32_head_gradient(shape) -> None:
+    tokens = 2 * 512
+    layout = Layout(micro_batch_size=2)
+    fused = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled").parts(layout, "full", 1)[3]
+    plain = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled",
+                        fused_loss=False).parts(layout, "full", 1)[3]
+    # plain: bf16 logits + fp32 copy + fp32 log-softmax per token; fused: d hidden (bf16) + fp32 d W_head
+    assert plain - fused == pytest.approx(tokens * V * 10 - tokens * 2 * H - V * H * 4)
+    frozen = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled", peft=True).parts(layout, "full", 1)[3]
+    assert fused - frozen == pytest.approx(V * H * 4)  # a frozen head (LoRA) needs no gradient accumulator
+    tp2 = MemoryModel(shape, world_size=2, seq_length=512, engine="bundled").loss_bytes(2)
+    assert tp2 == (V / 2 * 10 + 2 * H, 0.0)  # tensor parallel runs the plain loss
+
+
+BLOCK = 2 * H * HEADS * D + 2 * H * KV * D + 3 * H * FFN + 2 * H
+ROOT = 2 * V * H + H
+
+
+def test_fsdp2_holds_the_root_and_one_block_per_rank_or_two_when_sharded(shape) -> None:
+    # One rank: a block's shard is copied in when it runs; sharded: the next block's all-gather is
+    # prefetched while one computes (FSDP2's defaults, on any device).
+    assert fsdp2_working_set_bytes(shape, dp_shards=1) == pytest.approx((ROOT + BLOCK) * 2)
+    assert fsdp2_working_set_bytes(shape, dp_shards=2) == pytest.approx((ROOT + 2 * BLOCK) * 2)
+    assert fsdp2_working_set_bytes(shape, dp_shards=8, param_bytes=4) == pytest.approx((ROOT + 2 * BLOCK) * 4)
+    params = LAYERS * BLOCK + ROOT
+    one_rank = estimate_memory(shape, Layout(), world_size=1, seq_length=512, sharding="full", engine="bundled")
+    assert one_rank.weights * 2**30 == pytest.approx(params * 4 + (ROOT + BLOCK) * 2)
+    two_ranks = estimate_memory(shape, Layout(), world_size=2, seq_length=512, sharding="full", engine="bundled")
+    assert two_ranks.weights * 2**30 == pytest.approx(params * 4 / 2 + (ROOT + 2 * BLOCK) * 2)
+    fp32 = estimate_memory(shape, Layout(), world_size=1, seq_length=512, sharding="full", engine="bundled",
+                           precision="fp32")
+    assert fp32.weights * 2**30 == pytest.approx(params * 4 + (ROOT + BLOCK) * 4)  # no bf16 policy: fp32 copies
+
+
+def test_ddp_autocast_keeps_an_fp32_residual_stream_and_bf16_copies(shape) -> None:
+    tokens, layout = 2 * 512, Layout(micro_batch_size=2)
+    model = MemoryModel(shape, world_size=2, seq_length=512, engine="bundled")
+    fsdp2, ddp = model.parts(layout, "full", 1)[3], model.parts(layout, "none", 1)[3]
+    residual = tokens * 2 * H * (2 * LAYERS + 2)  # 2 norm inputs per layer, the final norm's, d hidden: +2 bytes
+    input_casts = tokens * 2 * H * (2 + 1) * LAYERS  # q/k/v read one norm output, gate/up the other
+    weight_copies = LAYERS * BLOCK * 2  # the GEMMs save bf16 copies of the fp32 weights
+    assert ddp - fsdp2 == pytest.approx(residual + input_casts + weight_copies)
+    # Selective recompute re-runs the casts; full recompute keeps one fp32 block input per layer.
+    sel = model.parts(Layout(micro_batch_size=2, recompute="selective"), "none", 1)[3]
+    sel_fsdp2 = model.parts(Layout(micro_batch_size=2, recompute="selective"), "full", 1)[3]
+    assert sel - sel_fsdp2 == pytest.approx(residual)
+    kept_full = model._activation_per_token(1, False, "full", "none")[0]
+    assert kept_full == pytest.approx(2 * model._activation_per_token(1, False, "full", "full")[0])
+
+
+def test_fp32_training_keeps_every_activation_in_fp32(shape) -> None:
+    layout = Layout(micro_batch_size=2)
+    head_grad = V * H * 4  # the fused loss's fp32 LM-head gradient accumulator, in any precision
+    bf16 = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled").parts(layout, "full", 1)[3]
+    fp32 = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled",
+                       precision="fp32").parts(layout, "full", 1)[3]
+    assert fp32 - head_grad == pytest.approx(2 * (bf16 - head_grad))
+
+
+def test_bundled_lora_adapters_sit_on_separate_projections(shape) -> None:
+    rank = 8
+    per_layer = rank * ((H + HEADS * D) + (H + KV * D) * 2 + (HEADS * D + H) + (H + FFN) * 2 + (FFN + H))
+    model = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled", peft=True, lora_rank=rank)
+    assert model.lora_params == pytest.approx(LAYERS * per_layer)
+    w, g, o, _ = model.parts(Layout(), "full", 1)
+    assert g == pytest.approx(LAYERS * per_layer * 4) and o == pytest.approx(LAYERS * per_layer * 8)
+    default = MemoryModel(shape, world_size=1, seq_length=512, engine="bundled", peft=True)
+    assert default.lora_params == pytest.approx(LAYERS * per_layer * C.LORA_DEFAULT_RANK_BUNDLED / rank)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["FSDP2 x1, recompute none", "FSDP2 x2, recompute full", "FSDP2 x1, LoRA r8",
+                                    "DDP x2, recompute none"])
+def test_estimate_within_ten_percent_of_measured(config: str, tmp_path) -> None:
+    out = tmp_path / "rows.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "estimate_vs_measured.py"), "--config", config,
+                             "--seq", "256", "--json", str(out)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    for term in ("weights", "grads", "optimizer", "activations", "fsdp_unsharded"):
+        est, got = row["estimate"][term], row["measured"][term]
+        if term == "fsdp_unsharded" and config.startswith("DDP"):
+            assert est == got == 0
+            continue
+        assert got > 0 and est == pytest.approx(got, rel=0.10), (term, est, got)

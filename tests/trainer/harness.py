@@ -1,0 +1,111 @@
+"""Shared helpers of the trainer's multi-process tests: a tiny config, launching the trainer under
+torch.distributed.run (2 CPU processes, gloo), and reading its metrics and checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from tests.paths import REPO
+
+# tiny-llama: vocab 512, hidden 64, 2 layers, 4 heads, 2 KV heads (recipe_index/models/tiny-llama.json).
+BASE_CONFIG = {
+    "model": {"pretrained_model_name_or_path": "tiny-llama"},
+    "step_scheduler": {"global_batch_size": 8, "local_batch_size": 2, "max_steps": 8, "checkpoint_interval": 4,
+                       "log_interval": 1},
+    "distributed": {"strategy": "fsdp2", "backend": "gloo"},
+    "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 32, "num_samples": 256},
+    "optimizer": {"_target_": "torch.optim.AdamW", "lr": 3.0e-3, "weight_decay": 0.01},
+    # decay_steps fixed, so a run stopped early (max_steps 4) follows the 8-step run's schedule.
+    "lr_scheduler": {"schedule": "cosine", "warmup_steps": 2, "decay_steps": 8, "min_lr": 3.0e-4},
+    "checkpoint": {"checkpoint_dir": "ckpt"},
+    "rng": {"seed": 1234},
+    "precision": "fp32",
+    "hardware": {"gpu_type": "cpu", "gpus_per_node": 2},
+}
+
+
+def write_config(folder: Path, updates: Optional[dict] = None, name: str = "config.yaml") -> Path:
+    cfg = json.loads(json.dumps(BASE_CONFIG))
+    for section, values in (updates or {}).items():
+        if isinstance(values, dict) and isinstance(cfg.get(section), dict):
+            cfg[section].update(values)
+        else:
+            cfg[section] = values
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg["checkpoint"]["checkpoint_dir"] = str(folder / cfg["checkpoint"]["checkpoint_dir"])
+    path = folder / name
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))})
+    env.pop("TRAINER_FAULT_INJECT", None)
+    env.update(extra or {})
+    return env
+
+
+def run_trainer(config: Path, *overrides: str, nproc: int = 2, env: Optional[dict] = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node N -m trainer CONFIG ...`; nproc=0 runs `python -m trainer` alone."""
+    if nproc == 0:
+        cmd = [sys.executable, "-m", "trainer", str(config), *overrides]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
+               "-m", "trainer", str(config), *overrides]
+    return _run(cmd, config.parent, _env(env), timeout)
+
+
+def run_launcher(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`recipe-advisor train CONFIG ARGS...` (the launcher: pre-flight, then torch.distributed.run)."""
+    cmd = [sys.executable, "-m", "service.cli.app", "train", str(config), *args]
+    return _run(cmd, config.parent, _env(), timeout)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run, except that on a timeout the launcher gets SIGTERM first: torch.distributed.run passes it
+    on to its workers, each in a session of its own that a kill of the launcher never reaches; left running,
+    they would slow every later test on a 2-core machine into timeouts of its own."""
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=45)  # the launcher waits up to 30 s for its workers
+            finally:
+                proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def assert_clean_exit(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stderr[-4000:]
+    for bad in ("Traceback", "terminate called", "Aborted", "ChildFailedError"):
+        assert bad not in result.stderr, result.stderr[-4000:]
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def losses(ckpt_dir: Path) -> list[float]:
+    rows = records(ckpt_dir / "training.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)), "one record per step, in order"
+    return [r["loss"] for r in rows]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under root (to prove nothing was written or damaged)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}

@@ -1,0 +1,75 @@
+"""What the bundled trainer can run: the planner's `--engine bundled` reads this.
+
+Pure data, no torch import. Grow it together with the trainer (and its tests): every entry here
+is exercised by tests/trainer/models/, tests/trainer/distributed/test_parallel_*.py,
+tests/trainer/components/test_peft.py or tests/trainer/fused/.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from trainer.contract.fast_paths import FUSED_OPTIMIZERS, GPU_ARCHS
+
+# Hardware-card architectures whose GPUs run torchao's float8 GEMMs (compute capability 8.9+:
+# torch._scaled_mm on Ada, Hopper, Blackwell and later; trainer/fused/runtime.py check_fp8).
+FP8_ARCHS = tuple(arch for arch in GPU_ARCHS if arch != "ampere")
+
+CAPABILITIES: dict = {
+    "strategies": ["fsdp2", "ddp"],
+    # Megatron-style column/row splits via DTensor; with FSDP2 on a (dp, tp) mesh, never with DDP.
+    "tensor_parallel": True,
+    "sequence_parallel": True,
+    "pipeline_parallel": False,
+    "virtual_pipeline": False,
+    "context_parallel": False,
+    "expert_parallel": False,
+    "moe": False,
+    "recompute": ["none", "selective", "full"],
+    # FSDP2 MixedPrecisionPolicy (param dtype, reduce dtype: distributed.grad_reduce_dtype, fp32 by
+    # default); autocast for DDP, whose bf16 reduce is PyTorch's bf16_compress_hook. Everywhere.
+    "precisions": ["bf16", "fp32", "fp16"],
+    # Float8 training through torchao (optional extra `gpu`): eligible linears swapped for
+    # Float8Linear with dynamic tensor-wise scaling, LM head kept in bf16; only on FP8_ARCHS, with
+    # data parallel only. Hardware-dependent, hence apart from "precisions": see supports_precision.
+    "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False},
+    "peft": ["lora"],
+    "model_types": ["llama", "qwen2", "qwen3", "mistral"],
+    "rope_types": ["default", "linear", "llama3"],
+    "attn_implementations": ["sdpa", "eager"],
+    "compile": True,
+    # Fused and memory-saving paths (trainer/fused), each with a plain-torch fallback that a CPU
+    # test holds it to (loss and gradients). `model.kernels`: auto | torch | liger | reference.
+    "kernels": ["auto", "torch", "liger", "reference"],
+    # RMSNorm, SwiGLU and RoPE (trainer/fused/ops.py rms_norm, silu_mul, rotary) as autograd
+    # functions (torch) or Liger's Triton kernels (liger, CUDA); the fused loss is
+    # trainer/fused/linear_cross_entropy.py.
+    "fused_ops": ["rms_norm", "silu_mul", "rotary"],
+    # loss_fn.chunked: LM head + cross-entropy chunk by chunk, never the whole logits (not with TP).
+    "fused_loss": True,
+    # optimizer.fused: one multi-tensor kernel per step, CPU and CUDA.
+    "fused_optimizers": list(FUSED_OPTIMIZERS),
+    # Combinations the trainer refuses with a clear error.
+    "tp_with_ddp": False,
+    "tp_with_lora": False,
+    "chunked_loss_with_tp": False,
+}
+
+
+def supports(dimension: str) -> bool:
+    """True when the trainer supports a parallel dimension or feature flag."""
+    value = CAPABILITIES.get(dimension)
+    return bool(value)
+
+
+def supports_precision(precision: str, arch: Optional[str] = None, tp_size: int = 1) -> bool:
+    """Whether the trainer trains in `precision` on hardware of `arch` (a HardwareCard's `arch`;
+    None: any hardware) with tensor parallel size `tp_size`."""
+    if precision in CAPABILITIES["precisions"]:
+        return True
+    if precision != "fp8":
+        return False
+    fp8 = CAPABILITIES["fp8"]
+    if tp_size > 1 and not fp8["tensor_parallel"]:
+        return False
+    return arch is not None and arch.lower() in fp8["archs"]
