@@ -75,24 +75,27 @@ def scorable(r: dict) -> bool:
 
 
 def estimate(r: dict) -> tuple[float, str, float]:
-    """(tokens/s per GPU, recompute, memory GiB) of the published layout."""
+    """(tokens/s per GPU, recompute, memory GiB) of the published layout. A row may name its ``engine``
+    (the bundled trainer's own measurements, benchmarks/gpu: "bundled"), ``grad_reduce_dtype`` and
+    ``recompute``; NVIDIA's rows name none: Megatron, bf16 reduction, the least recompute that fits."""
     card = find_bundled_model(r["model"])
     hw = get_hardware(r["hardware"])
     shape = model_shape(card)
     precision = PRECISION[r["precision_token"]]
     n, seq, gbs = r["num_gpus"], r["seq_length"], r["global_batch_size"]
     peft = r["mode"] == "peft"
+    engine, reduce_dtype = r.get("engine", "megatron"), r.get("grad_reduce_dtype", "bf16")
     time_model = StepTimeModel(shape, hw, world_size=n, seq_length=seq, global_batch_size=gbs,
-                               precision=precision, engine="megatron", grad_reduce_dtype="bf16", peft=peft)
-    memory = MemoryModel(shape, world_size=n, seq_length=seq, engine="megatron", peft=peft, cpu=False,
-                         precision=precision, grad_reduce_dtype="bf16")
+                               precision=precision, engine=engine, grad_reduce_dtype=reduce_dtype, peft=peft)
+    memory = MemoryModel(shape, world_size=n, seq_length=seq, engine=engine, peft=peft, cpu=False,
+                         precision=precision, grad_reduce_dtype=reduce_dtype)
     tp, pp, cp, ep, etp, mbs = r["tp"], r["pp"], r["cp"], r["ep"], r.get("etp") or 1, r["micro_batch_size"]
     vp = r.get("vp") if (r.get("vp") or 1) > 1 else None
     sharding = "full" if r.get("fsdp") else "optimizer"
     microbatches = gbs // (mbs * (n // (tp * pp * cp)))
     usable = usable_memory_gib(hw.memory_gib)
     chosen = None
-    for recompute in ("none", "selective", "full"):
+    for recompute in (r["recompute"],) if r.get("recompute") else ("none", "selective", "full"):
         layout = Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, sp=tp > 1, micro_batch_size=mbs,
                         recompute=recompute)
         total = memory.estimate(layout, sharding, microbatches).total

@@ -1,39 +1,189 @@
 #!/usr/bin/env bash
-# One command on an H100/H200 machine: install from wheels, check the fused kernels, benchmark.
+# One call on a GPU machine: install what it lacks from carried wheels, check the fused kernels,
+# benchmark the bundled trainer, and leave JSON results in $OUT, all inside one time budget.
 #
-#   bash benchmarks/gpu/run.sh [--dry-run] [bench.py options, e.g. --steps 40 --fp8]
+#   bash benchmarks/gpu/run.sh [--dry-run] [--smoke] [bench.py options, e.g. --steps 20]
 #
-# Installs benchmarks/gpu/requirements.txt into $VENV (default: .venv-gpu in the repository) from
-# $WHEELS (default: benchmarks/gpu/wheels) when that folder exists, offline (--no-index), else from
-# PyPI. Then bench.py --check-kernels (fused paths vs their fallbacks on the GPU) and bench.py (the
-# Llama-3.2-1B training benchmark). --dry-run prints the commands without running them.
-set -euo pipefail
+# Where the interpreter ($PYTHON, default python3) has torch with CUDA it is used as it is: no
+# virtualenv, no torch install. The wheels in $WHEELS (benchmarks/gpu/wheels, made beforehand by
+# fetch_wheels.sh) whose packages it lacks, or has in an older version, are installed offline into
+# $SITE, which goes on PYTHONPATH. Without CUDA torch (a machine of your own) it creates $VENV and
+# installs requirements.txt there, from $WHEELS offline when that folder exists, else from PyPI.
+#
+# Phases, each under `timeout` with what is left of GPU_BENCH_BUDGET_S (default 450 s):
+#   1. kernel checks: fused paths vs their reference on the GPU        -> $OUT/kernel_check.json
+#   2. dense benchmark: Llama-3.2-1B, bf16                              -> $OUT/dense-bf16.json
+#   3. MoE benchmark: once trainer/contract/capabilities.py says moe; until then a line says it is skipped
+#   4. dense fp8 (torchao), when GPU_BENCH_FP8_MIN_S (default 180) seconds are left -> $OUT/dense-fp8.json
+# Each benchmark adds its row (benchmarks/data/published_throughput.json's format) to
+# $OUT/throughput_rows.json; everything printed also goes to $OUT/run.log. --dry-run prints the steps
+# and runs none of them; --smoke runs every phase on CPU with a tiny model, with the interpreter's
+# packages as they are (GPU_BENCH_MODE=machine: installing from $WHEELS first, as on the lent machine).
+set -uo pipefail  # no -e: a failed phase must not keep the later ones from running and reporting
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-$REPO/.venv-gpu}"
 WHEELS="${WHEELS:-$HERE/wheels}"
+SITE="${SITE:-/tmp/recipe-advisor-site}"
+OUT="${OUT:-$REPO/out/gpu-bench}"
+BUDGET_S="${GPU_BENCH_BUDGET_S:-450}"
+FP8_MIN_S="${GPU_BENCH_FP8_MIN_S:-180}"
+MOE_MODEL="${GPU_BENCH_MOE_MODEL:-olmoe-7b}"
+# machine: $PYTHON plus what it lacks of $WHEELS; venv: install into $VENV; as-is: $PYTHON and its packages;
+# auto: machine where $PYTHON has CUDA torch, else venv (as-is with --smoke).
+MODE="${GPU_BENCH_MODE:-auto}"
 DRY_RUN=0
+SMOKE=0
 BENCH_ARGS=()
 for arg in "$@"; do
-  if [[ "$arg" == "--dry-run" ]]; then DRY_RUN=1; else BENCH_ARGS+=("$arg"); fi
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    --smoke) SMOKE=1 ;;
+    *) BENCH_ARGS+=("$arg") ;;
+  esac
 done
+START=$SECONDS
+FAILED=()
 
 run() {
   echo "+ $*"
   if [[ "$DRY_RUN" == 0 ]]; then "$@"; fi
 }
 
-if [[ ! -x "$VENV/bin/python" ]]; then
-  run "$PYTHON" -m venv "$VENV"
+left() { echo $((BUDGET_S - (SECONDS - START))); }
+
+# phase TITLE SECONDS_NEEDED COMMAND...: runs COMMAND under what is left of the budget, or says why not.
+phase() {
+  local title="$1" needed="$2"
+  shift 2
+  local seconds
+  seconds="$(left)"
+  echo "== $title [t=$((SECONDS - START)) s, $seconds s of the budget left]"
+  if ((seconds < needed)); then
+    echo "skipped: $title needs about $needed s"
+    return 0
+  fi
+  run timeout --kill-after=15 "$seconds" "$@"
+  local rc=$?
+  if ((rc == 124 || rc == 137)); then
+    echo "$title: stopped at the time budget; what it wrote so far is in $OUT"
+  fi
+  if ((rc != 0)); then
+    echo "$title: exit $rc"
+    FAILED+=("$title")
+  fi
+}
+
+if [[ "$DRY_RUN" == 0 ]]; then
+  mkdir -p "$OUT"
+  exec > >(tee -a "$OUT/run.log") 2>&1
+  TEE_PID=$!
 fi
-if [[ -d "$WHEELS" ]]; then
-  run "$VENV/bin/pip" install --no-index --find-links "$WHEELS" -r "$HERE/requirements.txt"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false TQDM_DISABLE=1
+
+if [[ "$SMOKE" == 1 && "$MODE" == auto ]]; then
+  MODE=as-is
+elif [[ "$MODE" == auto ]]; then
+  if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    MODE=machine
+  else
+    MODE=venv
+  fi
+fi
+echo "== setup: $MODE mode, budget $BUDGET_S s, results in $OUT"
+
+if [[ "$MODE" == machine ]]; then
+  if [[ -d "$WHEELS" ]]; then
+    mapfile -t MISSING < <("$PYTHON" "$HERE/wheels.py" select "$WHEELS")
+    if ((${#MISSING[@]} > 0)) && "$PYTHON" -m pip --version >/dev/null 2>&1; then
+      run "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+        "${MISSING[@]}"
+      # torchao's wheel ships its tests as a top-level package "test", which on PYTHONPATH would shadow
+      # the standard library's.
+      run rm -rf "$SITE/test"
+    elif ((${#MISSING[@]} > 0)); then
+      echo "no pip: unpacking the wheels into $SITE (a wheel is a zip of its installed files)"
+      for wheel in "${MISSING[@]}"; do
+        run "$PYTHON" -m zipfile -e "$wheel" "$SITE"
+      done
+      run rm -rf "$SITE/test"
+    else
+      echo "the interpreter has every package of $WHEELS"
+    fi
+  else
+    echo "no wheel folder $WHEELS: the interpreter's packages are used as they are"
+  fi
+  export PYTHONPATH="$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+elif [[ "$MODE" == as-is ]]; then
+  export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 else
-  run "$VENV/bin/pip" install -r "$HERE/requirements.txt"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    run "$PYTHON" -m venv "$VENV"
+  fi
+  if [[ -d "$WHEELS" ]]; then
+    run "$VENV/bin/pip" install --no-index --find-links "$WHEELS" -r "$HERE/requirements.txt"
+  else
+    run "$VENV/bin/pip" install -r "$HERE/requirements.txt"
+  fi
+  PYTHON="$VENV/bin/python"
+  export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-run "$VENV/bin/python" "$HERE/bench.py" --check-kernels
-run "$VENV/bin/python" "$HERE/bench.py" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+DEVICE=(--device cuda)
+if [[ "$SMOKE" == 1 ]]; then
+  DEVICE=(--device cpu)
+  BENCH_ARGS=(--smoke "${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}")
+else
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  fi
+  if [[ -z "${CC:-}" ]] && ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null
+  then
+    # Triton builds its kernel launcher with a C compiler on first use: without one neither inductor nor
+    # Liger runs, and an eager run with the plain-torch kernels still measures the trainer.
+    echo "no C compiler (cc, gcc, clang or \$CC): the benchmarks run eager with the plain-torch kernels"
+    BENCH_ARGS=(--no-compile --kernels torch "${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}")
+  fi
+fi
+run "$PYTHON" -c "import torch, pydantic, trainer.recipes.train_ft, service.plan.planner; print('torch', torch.__version__, \
+'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', \
+'pydantic', pydantic.VERSION)" || FAILED+=("imports")
+
+phase "kernel checks" 30 "$PYTHON" "$HERE/kernel_check.py" "${DEVICE[@]}" --out-dir "$OUT"
+phase "dense benchmark (bf16)" 120 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-bf16 \
+  --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+
+echo "== MoE benchmark"
+if "$PYTHON" -c 'import sys; from trainer.contract.capabilities import supports; sys.exit(0 if supports("moe") else 1)' 2>/dev/null
+then
+  phase "MoE benchmark (bf16, $MOE_MODEL)" 150 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name moe-bf16 \
+    --model "$MOE_MODEL" --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+else
+  echo "skipped: the bundled trainer has no MoE support yet (trainer/contract/capabilities.py: moe is false)"
+fi
+
+if [[ "$SMOKE" == 1 ]]; then
+  echo "== dense benchmark (fp8)"
+  echo "skipped: fp8 needs a CUDA GPU of compute capability 8.9+"
+else
+  phase "dense benchmark (fp8, torchao)" "$FP8_MIN_S" "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-fp8 \
+    --fp8 --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+fi
+
+echo "== done in $((SECONDS - START)) s"
+if [[ "$DRY_RUN" == 0 ]]; then
+  "$PYTHON" "$HERE/summary.py" "$OUT"
+fi
+if ((${#FAILED[@]} > 0)); then
+  echo "failed: ${FAILED[*]}"
+  STATUS=1
+else
+  STATUS=0
+fi
+if [[ "$DRY_RUN" == 0 ]]; then
+  exec >&- 2>&-
+  wait "$TEE_PID" 2>/dev/null
+fi
+exit "$STATUS"

@@ -1,0 +1,68 @@
+"""The figures of a GPU benchmark call, one line each, from the JSON files it left (run.sh's last step).
+
+    python benchmarks/gpu/summary.py OUT_DIR
+
+Standard library only, so that it reports even when the trainer's packages failed to install.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPORTS = ("dense-bf16", "moe-bf16", "dense-fp8")
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def summary_lines(out_dir: Path) -> list[str]:
+    lines = []
+    kernels = _read(out_dir / "kernel_check.json")
+    if kernels:
+        failed = [f"{r['op']}/{r['kernels']}" for r in kernels["results"] if not r["ok"]]
+        lines.append(f"kernel checks: {len(kernels['results']) - len(failed)} of {len(kernels['results'])} ok"
+                     + (f"; FAILED {', '.join(failed)}" if failed else ""))
+    else:
+        lines.append("kernel checks: no result")
+    for name in REPORTS:
+        report = _read(out_dir / f"{name}.json")
+        if report is None:
+            continue
+        lines.append(f"{name}: {_figures(report)}")
+    rows = _read(out_dir / "throughput_rows.json")
+    lines.append(f"rows for benchmarks/data/published_throughput.json: {len(rows) if rows else 0} in "
+                 f"{out_dir / 'throughput_rows.json'}")
+    return lines
+
+
+def _figures(r: dict) -> str:
+    est = r.get("planner") or {}
+    if not r.get("tokens_per_s"):
+        return f"no timed step ({r.get('stopped_by') or 'cut off'})"
+    text = f"{r['tokens_per_s']:,.0f} tokens/s"
+    if est:
+        text += f" (estimate {est['tokens_per_s_per_gpu']:,.0f})"
+    if r.get("mfu") is not None:
+        estimated = est.get("mfu_at_trainer_flops")
+        text += f", MFU {r['mfu']:.1%}" + (f" (estimate {estimated:.1%})" if estimated else "")
+    if r.get("peak_allocated_gib") is not None:
+        text += f", peak {r['peak_allocated_gib']:.1f} GiB allocated"
+        if r.get("peak_reserved_gib") is not None:
+            text += f" / {r['peak_reserved_gib']:.1f} reserved"
+        if est:
+            text += f" (estimate {est['memory_gib']['total']:.1f})"
+    text += f", {r['steps_timed']} timed steps"
+    if not r.get("complete"):
+        text += f", INCOMPLETE ({r.get('stopped_by') or 'cut off'})"
+    return text
+
+
+if __name__ == "__main__":
+    for line in summary_lines(Path(sys.argv[1])):
+        print(line)
