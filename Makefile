@@ -26,7 +26,7 @@ $(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
 	touch $(SERVE_STAMP) $@
 
 serve: $(SERVE_STAMP)
-	$(BIN)/uvicorn service.http.app:app --host $(HOST) --port $(PORT)
+	$(BIN)/recipe-advisor serve --host $(HOST) --port $(PORT)
 
 # Debian's chromium for the real-browser test (Playwright drives it; no browser download),
 # and curl for the README's curl examples, which a test runs against a live server.

@@ -25,6 +25,9 @@ _TIED_BY_DEFAULT_PREFIXES = ("gemma", "gpt2", "gpt3")
 
 _TEXT_SUBCONFIGS = ("text_config", "llm_config", "language_config", "language_model_config")
 
+# Keys by which a config.json says it also reads images (its language model may sit under text_config).
+_VISION_KEYS = ("vision_config", "vision_tower", "visual", "mm_vision_tower", "image_token_index", "image_token_id")
+
 # Block names of ``layers_block_type`` (Nemotron configs and transformers' NemotronHConfig,
 # which calls a Mamba mixer "linear_attention") -> letters of ``hybrid_override_pattern``.
 _LAYER_BLOCK_LETTERS = {
@@ -155,6 +158,8 @@ def normalise_hf_config(raw: Mapping[str, Any], id: str, hf_id: Optional[str] = 
     fields = {
         "id": id,
         "hf_id": hf_id or name_or_path,
+        "name_or_path": name_or_path if isinstance(name_or_path, str) else None,
+        "vision_language": any(key in raw for key in _VISION_KEYS),
         "aliases": tuple(cfg.get("advisor_aliases") or ()),
         "family": cfg.get("advisor_family") or model_type,
         "model_type": model_type,

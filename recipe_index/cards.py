@@ -65,6 +65,11 @@ class ModelCard(BaseModel):
     published_active_params: Optional[str] = None
     sources: dict[str, str] = Field(default_factory=dict)
 
+    # What a config.json outside the index says of itself, for choosing a stand-in recipe and naming the
+    # config built from it; not part of the card's published fields (excluded from its JSON).
+    name_or_path: Optional[str] = Field(default=None, exclude=True)  # config.json's `_name_or_path`
+    vision_language: bool = Field(default=False, exclude=True)  # the config has a vision tower
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -159,19 +160,62 @@ def _from_hub(repo_id: str) -> ModelCard:
     return cached
 
 
+# One HEAD of this many seconds tells whether the Hub answers. Past a failed first request huggingface_hub
+# retries with back-off (1, 2, 4, 8, 8 s: 24 s and a warning line each) before it gives up on a file that is
+# not cached, so a file not in the cache is only asked for once the Hub has answered.
+HUB_TIMEOUT_S = 5.0
+# After the Hub was unreachable, later ids in the same process are told so at once for this long.
+HUB_DOWN_MEMORY_S = 60.0
+_hub_down: dict[str, tuple[float, str]] = {}  # endpoint -> (monotonic time it failed, the reason)
+
+
 def _download_card(repo_id: str, offline: bool) -> Union[ModelCard, str]:
     # Imported here: serving a bundled model must not pay for huggingface_hub's import.
     from huggingface_hub import hf_hub_download
 
     try:
-        path = hf_hub_download(repo_id, "config.json", local_files_only=offline)
+        if not offline:
+            unreachable = _hub_unreachable(repo_id)
+            if unreachable is not None:
+                return unreachable
+        path = hf_hub_download(repo_id, "config.json", local_files_only=offline, etag_timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # offline, not cached, gated, missing: all mean "not resolvable"
         if offline:  # huggingface_hub's own text names a Python argument (local_files_only) nobody here can set
             return (f"{repo_id}/config.json is not in the Hugging Face cache, and HF_HUB_OFFLINE is set; fetch it "
                     f"once with network: huggingface-cli download {repo_id} config.json")
-        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-        return f"{type(exc).__name__}: {detail}"
+        return _first_line(exc)
     return card_from_config(_read_config(Path(path)), repo_id, source=f"{repo_id}/config.json", hf_id=repo_id)
+
+
+def _hub_unreachable(repo_id: str) -> Optional[str]:
+    """Why the Hub cannot give ``repo_id``'s config.json when it is not cached and one HEAD request without
+    retries fails on the network (None when it is cached or the Hub answered, even with an error)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return None  # cached: hf_hub_download's first request does not retry, and falls back to the cache
+    endpoint = constants.ENDPOINT
+    failed = _hub_down.get(endpoint)
+    if failed is not None and time.monotonic() - failed[0] < HUB_DOWN_MEMORY_S:
+        return failed[1]
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S, retry_on_errors=False)
+    except HfHubHTTPError:
+        return None  # the Hub answered (not found, gated, ...): hf_hub_download says which
+    except Exception as exc:  # refused, timed out, no DNS: the network, not the repo
+        reason = (f"the Hugging Face Hub ({endpoint}) is unreachable ({_first_line(exc)}) and {repo_id}/config.json "
+                  f"is not in the Hugging Face cache; check the network (or HF_ENDPOINT), or fetch it once with "
+                  f"network: huggingface-cli download {repo_id} config.json")
+        _hub_down[endpoint] = (time.monotonic(), reason)
+        return reason
+    _hub_down.pop(endpoint, None)
+    return None
+
+
+def _first_line(exc: Exception) -> str:
+    detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+    return f"{type(exc).__name__}: {detail}"
 
 
 def resolve_hub_model(repo_id: str) -> ModelCard:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from recipe_index.cards import ModelCard
 from recipe_index.errors import UnknownRecipeError
@@ -27,6 +27,8 @@ from recipe_index.models import bundled_models, find_bundled_model
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LISTED_SECTIONS = ("metadata", "precision", "dataset")
+# Dataset presets of the index's vision-language recipes (recipe_index/megatron.py writes them).
+VISION_DATASET_PRESETS = frozenset({"cord_v2", "mock_vlm", "energon", "flickr8k"})
 
 
 class RecipeEntry(BaseModel):
@@ -46,6 +48,12 @@ class RecipeEntry(BaseModel):
     seq_length: Optional[int] = None
     description: Optional[str] = None
     path: Path
+    dataset_preset: Optional[str] = Field(default=None, exclude=True)  # for choosing a stand-in, not listed
+
+    @property
+    def reads_images(self) -> bool:
+        """A vision-language recipe: its dataset is image and text (a text model must not start from it)."""
+        return self.dataset_preset in VISION_DATASET_PRESETS
 
 
 def _top_level_blocks(text: str, wanted: tuple[str, ...]) -> Optional[str]:
@@ -154,6 +162,7 @@ def _entry(path: Path) -> RecipeEntry:
         seq_length=dataset.get("seq_length"),
         description=meta.get("description"),
         path=path,
+        dataset_preset=dataset.get("preset") if isinstance(dataset.get("preset"), str) else None,
     )
 
 

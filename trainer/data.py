@@ -63,6 +63,8 @@ class JsonTokenizer:
         self.bos_id = self._find(named.get("bos_token"), self._BOS)
         self.eos_id = self._find(named.get("eos_token"), self._EOS)
         self.pad_id = self._find(named.get("pad_token"), self._PAD)
+        # As a Hugging Face config.json names them: before pad_id falls back below to a token that is no pad.
+        self.config_ids = {"bos_token_id": self.bos_id, "eos_token_id": self.eos_id, "pad_token_id": self.pad_id}
         if self.pad_id is None:
             self.pad_id = self.eos_id if self.eos_id is not None else 0
 

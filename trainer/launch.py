@@ -9,14 +9,16 @@ process group, model or checkpoint exists.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 from trainer.contract.checkpoint_dir import check_writable_dir
+from trainer.contract.checkpoint_lock import hold_checkpoint_dir
 from trainer.contract.overrides import ConfigError
 from trainer.contract.preflight import is_rank_zero, load_config, preflight
 from trainer.contract.text import one_line
@@ -27,6 +29,9 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # the shell's code for Ctrl-C
 USAGE = "usage: python -m trainer CONFIG [--section.key VALUE ...]"
 _stop_requested = False  # set by the SIGINT handler that main() installs
 _leaving = False  # run() has returned: a Ctrl-C now only cuts the exit short
+_checkpoint_dir_lock: Optional[IO[str]] = None  # rank 0's, open for the whole run: one writer per folder
+LAUNCHER_PID_ENV = "RECIPE_ADVISOR_LAUNCHER_PID"  # set by `recipe-advisor train`, else by trainer/__main__.py
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def launch_world_size() -> int:
@@ -38,11 +43,34 @@ def launch_world_size() -> int:
     return 1
 
 
+def die_with_launcher(env=os.environ) -> None:
+    """A worker of torch.distributed.run gets SIGKILL when its launcher dies. The agent starts each worker in a
+    session of its own, so a ``kill -9`` of the launcher reached none of them: they trained on, and their
+    ``keep_last`` deleted checkpoints under the next run. A launcher that died before the signal was set is seen
+    right after: this process has another parent than the one ``recipe-advisor train`` names, or the one it had
+    at start-up (trainer/__main__.py). Linux only; alone or under srun, nothing changes."""
+    if "TORCHELASTIC_RUN_ID" not in env or not sys.platform.startswith("linux"):
+        return
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # refused (a sandbox): the process runs as before
+    launcher = env.get(LAUNCHER_PID_ENV, "")
+    if launcher.isdigit() and os.getppid() != int(launcher):
+        os._exit(128 + signal.SIGKILL)
+
+
+def _prepare_checkpoint_dir(folder: Path) -> None:
+    """Rank 0: create and probe the folder, then hold its lock until this process ends."""
+    global _checkpoint_dir_lock
+    check_writable_dir(folder)
+    _checkpoint_dir_lock = hold_checkpoint_dir(folder)
+
+
 def run(argv: list[str]) -> int:
     """Load, check, train. Returns the exit code (0 ok, 2 bad config, 1 failure); never calls exit.
 
-    Once the process group exists, rank 0 creates and probes ``checkpoint.checkpoint_dir`` and every
-    rank stops with exit 2 if it is unusable, before the model is built."""
+    Once the process group exists, rank 0 creates and probes ``checkpoint.checkpoint_dir`` and takes its lock
+    (one run per folder), and every rank stops with exit 2 if it is unusable or in use, before the model is
+    built."""
     if not argv or argv[0] in ("-h", "--help") or argv[0].startswith("--"):
         print(USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
@@ -64,7 +92,7 @@ def run(argv: list[str]) -> int:
             print(one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_CONFIG
     try:
-        check_on_main(lambda: check_writable_dir(Path(cfg.checkpoint.checkpoint_dir)))
+        check_on_main(lambda: _prepare_checkpoint_dir(Path(cfg.checkpoint.checkpoint_dir)))
         from trainer.recipes import BaseRecipe
 
         recipe_cls = resolve_target(cfg.recipe.target or DEFAULT_RECIPE, "recipe")
@@ -113,6 +141,7 @@ def _stop(signum, frame) -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     global _leaving
+    die_with_launcher()
     signal.signal(signal.SIGINT, _stop)
     try:
         code = run(list(sys.argv[1:] if argv is None else argv))

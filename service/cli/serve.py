@@ -2,16 +2,27 @@
 
 The app is stateless (every answer is a pure function of the request and the
 bundled index), so ``--workers N`` or N replicas behind a proxy scale it out.
-Defaults bind loopback only; pass ``--host 0.0.0.0`` to expose it.
+Defaults bind loopback only; pass ``--host 0.0.0.0`` to expose it. The request headers are bounded in
+size and in the time to send them (``service.http.server_protocol``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import socket
 import sys
 
+from service.header_limits import (
+    HEADER_TIMEOUT_ENV,
+    HEADER_TIMEOUT_S,
+    MAX_HEADER_BYTES,
+    MAX_HEADER_BYTES_ENV,
+)
+
 APP_PATH = "service.http.app:app"
+PROTOCOL_PATH = "service.http.server_protocol:LimitedHttpToolsProtocol"
 
 
 def add_parser(subparsers, name: str = "serve") -> argparse.ArgumentParser:
@@ -35,6 +46,15 @@ def add_parser(subparsers, name: str = "serve") -> argparse.ArgumentParser:
     parser.add_argument(
         "--forwarded-allow-ips", default="127.0.0.1", help="proxies whose X-Forwarded-* headers are trusted"
     )
+    parser.add_argument(
+        "--max-header-bytes", type=int, default=MAX_HEADER_BYTES,
+        help=f"larger request headers are answered 431 (default: {MAX_HEADER_BYTES:,} bytes)",
+    )
+    parser.add_argument(
+        "--header-timeout", type=float, default=HEADER_TIMEOUT_S,
+        help="seconds a client has to send a request's headers, else 408 and the connection is closed "
+             f"(default: {HEADER_TIMEOUT_S:g})",
+    )
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run)
     return parser
@@ -51,6 +71,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"recipe-advisor serve: --root-path {args.root_path!r} must start with / (e.g. /{args.root_path})",
               file=sys.stderr)
         return 2
+    if args.max_header_bytes < 1024:
+        print(f"recipe-advisor serve: --max-header-bytes {args.max_header_bytes} is too small for a request "
+              "(at least 1024)", file=sys.stderr)
+        return 2
+    if not 0 < args.header_timeout < math.inf:
+        print(f"recipe-advisor serve: --header-timeout {args.header_timeout:g} must be a number of seconds above 0",
+              file=sys.stderr)
+        return 2
     try:
         socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as err:
@@ -59,8 +87,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
+    # The protocol reads its limits here; --workers processes inherit the environment.
+    os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
+    os.environ[HEADER_TIMEOUT_ENV] = repr(args.header_timeout)
     uvicorn.run(
         APP_PATH,
+        http=PROTOCOL_PATH,
         host=args.host,
         port=args.port,
         workers=args.workers,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -113,6 +114,7 @@ def run_argv(argv: list[str]) -> int:
     """Entry from service.cli.app: everything after `train`."""
     args, overrides = _split(argv)
     from trainer.contract.checkpoint_dir import check_creatable_dir, check_writable_dir
+    from trainer.contract.checkpoint_lock import check_checkpoint_dir_free
     from trainer.contract.overrides import ConfigError
     from trainer.contract.preflight import load_config, preflight
 
@@ -133,6 +135,7 @@ def run_argv(argv: list[str]) -> int:
         raw, cfg = load_config(args.config, overrides)
         nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
         preflight(cfg, nproc * nnodes)
+        check_trainer_installed()
         check_targets_exist(cfg)
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
@@ -146,19 +149,18 @@ def run_argv(argv: list[str]) -> int:
     cmd = torchrun_command(args.config, overrides, nproc_per_node=nproc, nnodes=nnodes,
                            node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
     if args.dry_run:
-        try:  # creates nothing: checks that the folder could be created and written
+        try:  # creates nothing: checks that the folder could be created and written, and that no run holds it
             check_creatable_dir(Path(cfg.checkpoint.checkpoint_dir))
+            check_checkpoint_dir_free(Path(cfg.checkpoint.checkpoint_dir))
         except ConfigError as exc:
             print(one_line(f"error: {exc}"), file=sys.stderr)
             return 2
         print(shlex.join(cmd))
         return 0
-    if importlib.util.find_spec("torch") is None:
-        print("error: the trainer needs torch; install it with `pip install 'recipe-advisor[train]'`",
-              file=sys.stderr)
-        return 2
     try:  # unchecked, the folder would fail only at the first save
         check_writable_dir(Path(cfg.checkpoint.checkpoint_dir))
+        # The workers' rank 0 takes the lock for the run; checked here too, so a second run starts nothing.
+        check_checkpoint_dir_free(Path(cfg.checkpoint.checkpoint_dir))
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
@@ -206,6 +208,21 @@ def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_p
     return errors
 
 
+TRAINER_DEPENDENCIES = ("torch", "numpy", "safetensors", "tokenizers", "tqdm")  # pyproject.toml's `train` extra
+
+
+def check_trainer_installed() -> None:
+    """The `train` extra is installed: a serving-only install (`make serve`, the Docker image) has no torch, and
+    the `_target_` lookup below would call torch.optim.AdamW unknown instead."""
+    from trainer.contract.overrides import ConfigError
+
+    missing = [name for name in TRAINER_DEPENDENCIES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"the trainer's dependencies are not installed here (no {', '.join(missing)}); install "
+                          "them with `pip install '.[train]'` in the recipe-advisor folder (fused GPU kernels: "
+                          "'.[train,gpu]'), then run train again")
+
+
 def check_targets_exist(cfg) -> None:
     """Each allow-listed ``_target_`` names something that exists, read from source without importing
     it (the RA-S002 lookup of `validate`); a misspelt class would otherwise fail in every worker."""
@@ -245,6 +262,8 @@ def launch(torchrun_args: list[str]) -> int:
     agent_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
     if _without_death_signals not in agent_log.filters:  # once per process, however many launches
         agent_log.addFilter(_without_death_signals)
+    outer_launcher = os.environ.get(LAUNCHER_PID_ENV)
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # each worker dies with this process (die_with_launcher)
     try:
         run(parse_args(torchrun_args))
     except ChildFailedError as exc:
@@ -254,10 +273,16 @@ def launch(torchrun_args: list[str]) -> int:
         return 128 + int(exc.sigval)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT  # the shell's code for Ctrl-C
+    finally:  # a later launch from this process under another torchrun must not name this one
+        if outer_launcher is None:
+            os.environ.pop(LAUNCHER_PID_ENV, None)
+        else:
+            os.environ[LAUNCHER_PID_ENV] = outer_launcher
     return 0
 
 
 EXIT_CONFIG = 2  # trainer.launch.EXIT_CONFIG: the workers found a bad config
+LAUNCHER_PID_ENV = "RECIPE_ADVISOR_LAUNCHER_PID"  # trainer.launch.LAUNCHER_PID_ENV
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # trainer.launch.EXIT_INTERRUPTED: a worker stopped on SIGINT
 
 

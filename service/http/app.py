@@ -17,6 +17,7 @@ from service.http import web
 from service.http.about import DESCRIPTION, TAGS, version
 from service.http.errors import install_error_handlers
 from service.http.limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHeadersMiddleware
+from service.http.methods import MethodsMiddleware
 from service.http.routes import advise, catalog, health, validate
 
 
@@ -31,6 +32,7 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
         app.include_router(routes.router)
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     # Added last = outermost: the body cap applies before any route or parser sees a byte.
+    app.add_middleware(MethodsMiddleware, routes=app.router.routes)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     return app

@@ -5,8 +5,10 @@ a traceback.
 - 422: body or query of the wrong shape (FastAPI's validation error, `loc` names the field)
 - 404: unknown model, GPU type or recipe, with the closest known names
 - 400: a YAML document that cannot be read as a config (syntax, alias bomb, depth, binary, an
-  integer beyond 64 bits), or a JSON body that cannot be read (a number over Python's 4,300 digits)
+  integer beyond 64 bits), or a JSON body that cannot be read (a number over Python's 4,300 digits, nesting
+  deeper than 64 levels)
 - 413: a body over 1 MiB
+A client that hangs up before its body has arrived is one info line in the log, not an error.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError, UnknownRecipeError
 from service.configs.yamlio import YamlError
@@ -134,6 +138,13 @@ def install_error_handlers(app: FastAPI) -> None:
         # FastAPI's shape (`detail: [{loc, msg, type}]`), minus `input`: it can echo a 1 MiB body back.
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": errors})
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client hung up before its body arrived: its business, not an error of ours. Nobody reads the answer.
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info("%s disconnected before sending the whole body of %s %s", client, request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

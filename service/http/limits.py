@@ -12,7 +12,7 @@ HTML pages as inert data: no sniffing, no framing, scripts only from /static.
 probe's cache-buster is no 422): it refuses, before
 the endpoint runs, what FastAPI would otherwise read silently: a query parameter
 the route does not declare or one given twice (422), a JSON body with a key
-written twice (400; JSON keeps the last), and a JSON-model body sent under
+written twice (400; JSON keeps the last) or nested too deeply (400), and a JSON-model body sent under
 another content type (415, instead of "Input should be a valid dictionary").
 """
 
@@ -22,7 +22,7 @@ import json
 import types
 import typing
 from html import escape
-from typing import Any, Callable, Coroutine, Optional
+from typing import Any, Callable, Coroutine
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -37,6 +37,9 @@ from service.http.errors import client_error, error_body
 REPEATED_PARAMETER = "given more than once; give it once (the value is not a list)"
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a recipe YAML is a few KiB; the biggest bundled one is far below this
+MAX_JSON_DEPTH = 64  # as for YAML; a request body nests three or four levels (overrides)
+TOO_DEEP = (f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels; "
+            "fix: send one JSON object whose values nest a few levels at most")
 
 
 class BodyTooLarge(HTTPException):
@@ -199,26 +202,32 @@ def _pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
     return obj
 
 
-def repeated_json_key(body: bytes) -> Optional[str]:
-    """The dotted path of the first key a JSON body writes twice, else None. A body that is not JSON
-    at all is None too: the body parser answers that with its own error."""
+def check_json_body(body: bytes) -> None:
+    """Refuse (400) a JSON body nested deeper than ``MAX_JSON_DEPTH`` or writing a key twice, whichever the
+    body shows first. A body that is not JSON at all passes: the body parser answers that with its own error."""
     try:
         root = json.loads(body, object_pairs_hook=_pairs)
-    except (ValueError, RecursionError):
-        return None
-    stack: list[tuple[str, Any]] = [("", root)]
+    except RecursionError:  # deeper than Python's parser goes, so far deeper than the limit
+        raise client_error(400, TOO_DEEP, "body") from None
+    except ValueError:
+        return
+    stack: list[tuple[str, int, Any]] = [("", 0, root)]
     while stack:  # iterative: nesting depth is the client's choice
-        path, node = stack.pop()
+        path, depth, node = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise client_error(400, TOO_DEEP, "body")
         if isinstance(node, _Pairs) and node.repeated:
-            return f"{path}.{node.repeated[0]}" if path else node.repeated[0]
+            key = f"{path}.{node.repeated[0]}" if path else node.repeated[0]
+            raise client_error(
+                400, f"the JSON body sets `{key}` twice, and JSON would silently keep only the last value; "
+                "fix: send each key once", key)
         if isinstance(node, dict):
             children = [(f"{path}.{key}" if path else key, value) for key, value in node.items()]
         elif isinstance(node, list):
             children = [(f"{path}[{i}]", value) for i, value in enumerate(node)]
         else:
             children = []
-        stack.extend(reversed(children))  # depth first, in the order the body wrote them
-    return None
+        stack.extend((child_path, depth + 1, value) for child_path, value in reversed(children))  # in body order
 
 
 class StrictRequestRoute(APIRoute):
@@ -244,11 +253,7 @@ class StrictRequestRoute(APIRoute):
                     415, f"{sent} not accepted here: send the body as JSON with `Content-Type: application/json`",
                     "content-type")
             if body and _is_json(media_type):
-                key = repeated_json_key(body)
-                if key is not None:
-                    raise client_error(
-                        400, f"the JSON body sets `{key}` twice, and JSON would silently keep only the last value; "
-                        "fix: send each key once", key)
+                check_json_body(body)
             return await handle(request)
 
         return strict_handler

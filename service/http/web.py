@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 import recipe_index as index
 from recipe_index.errors import UnknownHardwareError, UnknownModelError
@@ -37,7 +38,7 @@ from service.http.limits import MAX_BODY_BYTES, REPEATED_PARAMETER
 from service.http.routes.advise import body_request, recommend_answer
 from service.http.web_result import result_view
 from service.lookups import lookup_model
-from service.request import AdviceRequest
+from service.request import AdviceRequest, least
 from service.validate.document import validate_text
 from service.validate.rules.precision import FP8_RECIPES
 
@@ -122,8 +123,8 @@ async def validate_submit(request: Request) -> HTMLResponse:
     problems: list[Problem] = []
     try:
         form = await request.form(max_files=1, max_fields=8, max_part_size=MAX_BODY_BYTES)
-    except HTTPException:
-        raise  # 413 from the body cap
+    except (HTTPException, ClientDisconnect):
+        raise  # 413 from the body cap; a client gone is logged by the app's handler
     except Exception:  # malformed multipart: the parser's message is not for users
         form = {}
         problems.append(Problem("the form could not be read; submit it from this page", "body"))
@@ -204,7 +205,8 @@ def _form_context(form: dict) -> dict:
         "engines": ENGINES,
         "precisions": PRECISIONS,
         "grad_reduce_dtypes": GRAD_REDUCE_DTYPES,
-        "limits": {"gpus": m.MAX_GPUS, "nodes": m.MAX_NODES, "seq_length": m.MAX_SEQ_LENGTH},
+        "limits": {"gpus": m.MAX_GPUS, "nodes": m.MAX_NODES, "seq_length": m.MAX_SEQ_LENGTH,
+                   "least_seq_length": least("seq_length")},
     }
 
 

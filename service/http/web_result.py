@@ -103,6 +103,7 @@ def result_view(data: dict[str, Any], query: str, filename: str) -> dict[str, An
         "recipe": {"name": recipe.get("name"), "kind": recipe.get("kind"),
                    "megatron_recipe": recipe.get("megatron_recipe"), "why": data["why"]},
         "notes": data["notes"],
+        "why_first": data.get("why_first"),
         "best": layout,
         "chart": memory_chart(layout["memory_gib"], hardware["memory_gib"]),
         "others": data["other_layouts"],

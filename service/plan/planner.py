@@ -22,7 +22,7 @@ from recipe_index.cards import HardwareCard, ModelCard
 from service.estimate import constants as C
 from service.estimate.memory import GRAD_REDUCE_DTYPES, model_shape, usable_memory_gib
 from service.facts import Facts, Finding, Layout, split_world
-from service.plan.ranking import rank
+from service.plan.ranking import rank, why_first
 from service.plan.search_space import micro_batch_sizes, needs_explicit_layout, recomputes, shardings, structures
 from service.plan.types import ENGINES, GOALS, Estimators, Plan, PlanError, PlannedLayout, PlanRequest, with_micro_batch
 from service.validate.checks import check_layout
@@ -199,12 +199,12 @@ def plan(request: PlanRequest) -> Plan:
         if not options:
             continue
         rows.extend(_rows(request, est, structure, sizes, options, usable))
-    comfortable = request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION
-    return Plan(request=request, layouts=rank(rows, long_context=request.seq_length > C.LONG_CONTEXT,
-                                              comfortable_gib=comfortable, layers=shape.layers,
-                                              unlaunchable=est.needs_layout_string,
-                                              fsdp_last=request.fsdp_last),
-                structures=count, rejections=rejections)
+    ranking = dict(long_context=request.seq_length > C.LONG_CONTEXT,
+                   comfortable_gib=request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION, layers=shape.layers,
+                   unlaunchable=est.needs_layout_string, fsdp_last=request.fsdp_last)
+    ranked = rank(rows, **ranking)
+    return Plan(request=request, layouts=ranked, structures=count, rejections=rejections,
+                why_first=why_first(ranked, **ranking))
 
 
 def explain_layout(request: PlanRequest, layout: Layout, strategy: str = "megatron") -> list[Finding]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
 from service.estimate import constants as C
 from service.validate.rules.layout import is_megatron_fsdp
@@ -44,6 +44,51 @@ def _preference(row: PlannedLayout, long_context: bool, comfortable_gib: float, 
     return (unlaunchable(lay), _fsdp_last(row, fsdp_last), 0 if long_context else lay.cp, thin_stages,
             lay.tp, row.memory_total_gib > comfortable_gib, lay.pp > 1 and lay.vp_or_1 == 1, -lay.ep,
             -(row.tokens_per_s or 0.0))
+
+
+def why_first(ranked: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,
+              layers: int, unlaunchable: Callable[[Layout], bool] = lambda layout: False,
+              fsdp_last: bool = False) -> Optional[str]:
+    """One sentence on why the first of ``ranked`` (as :func:`rank` ordered it, with the same arguments) is first
+    although a fitting layout with a faster estimate is listed: the tie band, and the first preference of
+    :func:`_preference` on which the two differ. None when the first row is the fastest or nothing fits."""
+    fitting = [r for r in ranked if r.fits]
+    if not fitting or not ranked[0].fits:
+        return None
+    first, fastest = ranked[0], max(fitting, key=lambda r: r.tokens_per_s)
+    if fastest.tokens_per_s <= first.tokens_per_s:
+        return None
+    ours = _preference(first, long_context, comfortable_gib, layers, unlaunchable, fsdp_last)
+    theirs = _preference(fastest, long_context, comfortable_gib, layers, unlaunchable, fsdp_last)
+    decided = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+    faster = fastest.tokens_per_s / first.tokens_per_s - 1
+    return (f"first although {_shape(fastest)} is estimated {faster:.1%} faster ({fastest.tokens_per_s:,.0f} vs "
+            f"{first.tokens_per_s:,.0f} tokens/s/GPU): estimates within {C.ESTIMATE_TIE_TOLERANCE:.0%} of the "
+            f"fastest are a tie (the estimates' own error), and the tie goes to "
+            f"{_preferred(decided, first, fastest, comfortable_gib, layers)}")
+
+
+def _shape(row: PlannedLayout) -> str:
+    lay = row.layout
+    return (f"TP {lay.tp} PP {lay.pp}{f' VP {lay.vp}' if lay.vp else ''} CP {lay.cp} EP {lay.ep} ETP {lay.etp} "
+            f"(micro batch {lay.micro_batch_size}, recompute {lay.recompute}, {row.sharding} sharding)")
+
+
+def _preferred(key: int, first: PlannedLayout, other: PlannedLayout, comfortable_gib: float, layers: int) -> str:
+    """The preference ``key`` (an index into :func:`_preference`'s tuple) in words, for the two rows."""
+    a, b = first.structure, other.structure
+    return [
+        "a pipeline the Bridge library recipe can launch as written (the faster one needs a layout string, RA-L019)",
+        "a layout without Megatron-FSDP, which NVIDIA's published MXFP8 and NVFP4 layouts do not use",
+        f"less context parallelism, which is for sequences over {C.LONG_CONTEXT:,} tokens (CP {a.cp} vs {b.cp})",
+        f"pipeline stages of at least {C.MIN_LAYERS_PER_STAGE} layers ({layers} layers over PP {a.pp} vs "
+        f"PP {b.pp})",
+        f"smaller TP, which costs collectives on every layer (TP {a.tp} vs {b.tp})",
+        f"memory headroom ({first.memory_total_gib:.1f} GiB per GPU, within {C.MEMORY_COMFORT_FRACTION:.0%} of the "
+        f"GPU, vs {other.memory_total_gib:.1f} GiB above it)",
+        f"no pipeline without virtual stages, whose bubble the faster one has (PP {b.pp} without VP)",
+        f"larger EP (EP {a.ep} vs {b.ep})",
+    ][key]
 
 
 def rank(rows: list[PlannedLayout], long_context: bool = False, comfortable_gib: float = float("inf"), *,

@@ -31,6 +31,8 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      f"{row.sharding:<9} {gib_text(row.memory.total):>7} {t.step_time_s:>8.2f} "
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit")
                      + ("  needs a layout string (RA-L019)" if row.needs_layout_string else ""))
+    if result.why_first:
+        lines += ["", f"row 1 is {result.why_first}"]
     not_fitting = [i for i, r in enumerate(rows, 1) if not r.fits]
     if not_fitting:  # about those rows only: others above may fit
         first = not_fitting[0]

@@ -190,6 +190,8 @@ class Plan:
     layouts: list[PlannedLayout]  # fitting ones by tokens/s, then the rest by memory
     structures: int = 0  # (TP, PP, VP, CP, EP, ETP) combinations enumerated
     rejections: dict[str, tuple[Finding, int]] = field(default_factory=dict)  # rule code -> (example, count)
+    # Why the first row is first although a faster one is listed (ranking.why_first); None when it is the fastest.
+    why_first: Optional[str] = None
 
     @property
     def usable_gib(self) -> float:
@@ -234,6 +236,7 @@ class Plan:
             "grad_reduce_dtype": req.grad_reduce_dtype, "seq_length": req.seq_length,
             "global_batch_size": req.global_batch_size,
             "layouts": [row.to_dict(self.usable_gib) for row in rows],
+            "why_first": self.why_first,
             "rejections": [{"code": code, "count": count, "message": finding.message, "fix": finding.fix}
                            for code, (finding, count) in sorted(self.rejections.items())],
         }

@@ -22,6 +22,7 @@ from service.configs.yamlio import OverrideError, load_yaml, with_overrides
 from service.plan.search_space import needs_explicit_layout
 from service.plan.types import PlannedLayout, PlanRequest
 from service.recommend.launch_commands import DATASET_PRESET
+from service.recommend.recipe_choice import model_name
 from service.recommend.request_overrides import COUNT_KEYS, REQUEST_KEYS
 from service.request import Override
 from service.validate.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
@@ -133,11 +134,14 @@ def _metadata(config: dict, card: ModelCard, goal: str, engine: str, request, re
     label = _precision_label(base, request.precision, request.fp8_recipe)
     # Named as Bridge names its recipes, by the label written below where it names this precision (..._fp8cs).
     token = label if precision_of_token(label) == request.precision else request.precision
-    name = f"{card.id}_{goal}_{request.world_size}gpu_{request.hardware.name}_{token}".replace("-", "_")
+    name = f"{model_name(card)}_{goal}_{request.world_size}gpu_{request.hardware.name}_{token}".replace("-", "_")
     meta = {"name": name, "kind": "bundled" if engine == "bundled" else "library", "family": card.family,
             "model": card.id, "mode": goal, "hardware": request.hardware.name, "num_gpus": request.world_size,
             "source": f"recipe-advisor recommend from {recipe.name}" if recipe else "recipe-advisor recommend"}
     meta.update({key: _get(base, f"metadata.{key}") for key in RECIPE_LABELS})
+    if recipe is not None and recipe.model != card.id:
+        meta["description"] = (f"stand-in: built from {recipe.name}, a recipe of {recipe.model}, since the index has "
+                               f"none for this model (the notes say why this one)")
     if recipe is not None and recipe.megatron_recipe:
         meta["megatron_recipe"] = recipe.megatron_recipe
     meta["precision_recipe"] = label

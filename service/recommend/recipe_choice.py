@@ -1,10 +1,14 @@
 """Which recipe of the index a request starts from (the recipe decision tree): the model's own recipe
-for the goal (SFT falls back to pretrain, PEFT to SFT then pretrain), else the closest size of the
-same family; among a model's recipes, the one for this allocation."""
+for the goal (SFT falls back to pretrain, PEFT to SFT then pretrain), else a stand-in recipe of another
+model of the same modality and architecture kind, then family, then the closest size; among a model's
+recipes, the one for this allocation."""
 
 from __future__ import annotations
 
 import math
+import re
+from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 from recipe_index import get_hardware, list_recipes, param_counts
@@ -59,19 +63,81 @@ def choose_recipe(card: ModelCard, goal: str, engine: str, hardware: str, world:
     pool = [e for e in list_recipes(kind=kind, mode=goal) if e.model]
     if not pool and engine == "bundled":
         pool = list_recipes(kind="bundled")
+    chosen, reason = _stand_in(card, pool, hardware, world, seq, precision)
+    if chosen is None:
+        return None, [f"no {kind} recipe to start from; the config is built from the schema defaults"]
+    notes.append(f"no {kind} recipe for {model_name(card)}; started from {chosen.name}, a stand-in recipe of another "
+                 f"model: {reason}; with the model swapped and the layout re-planned")
+    return chosen, notes
+
+
+def _stand_in(card: ModelCard, pool: list[RecipeEntry], hardware: str, world: int, seq: Optional[int],
+              precision: Optional[str]) -> tuple[Optional[RecipeEntry], str]:
+    """The recipe of another model to start from, and why it was chosen: same modality (text or vision) and
+    architecture kind (dense or MoE) first, then the same family, then the closest size."""
     sized = []
     for entry in pool:
         other = find_bundled_model(entry.model)
         if other is not None and other.is_moe == card.is_moe:
             sized.append((entry, other))
     if not sized:
-        return None, [f"no {kind} recipe to start from; the config is built from the schema defaults"]
-    family = [(e, m) for e, m in sized if card.family and m.family == card.family] or sized
+        return None, ""
+    vision = reads_images(card)
+    modality = "vision-language" if vision else "text"
+    kind = "MoE" if card.is_moe else "dense"
+    why = []
+    same_modality = [(e, m) for e, m in sized if e.reads_images == vision]
+    if not same_modality:
+        why.append(f"the index has no {modality} {kind} recipe for this goal, so a "
+                   f"{'text' if vision else 'vision-language'} one")
+    else:
+        why.append(f"a {modality} {kind} recipe like the model")
+    sized = same_modality or sized
+    same_architecture = [(e, m) for e, m in sized if m.architecture == card.architecture]
+    sized = same_architecture or sized
+    family = [(e, m) for e, m in sized if _same_family(card, m)]
+    if family:
+        why.append(f"of the same family ({family[0][1].family})")
     target = _size(card)
-    best_model = min({m.id: m for _, m in family}.values(), key=lambda m: abs(math.log(_size(m) / target)))
-    entries = [e for e, m in family if m.id == best_model.id]
-    chosen = _pick(entries, hardware, world, seq, precision)
-    where = f"the {card.family} family" if family is not sized else "the index"
-    notes.append(f"no {kind} recipe for {card.id}; started from {chosen.name}, the closest size in {where} "
-                 f"({best_model.id}), with the model swapped and the layout re-planned")
-    return chosen, notes
+    candidates = family or sized
+    best_model = min({m.id: m for _, m in candidates}.values(), key=lambda m: abs(math.log(_size(m) / target)))
+    why.append(f"the closest size ({best_model.id}, {_billions(best_model)} parameters; this model "
+               f"{_billions(card)})")
+    entries = [e for e, m in candidates if m.id == best_model.id]
+    return _pick(entries, hardware, world, seq, precision), ", ".join(why)
+
+
+def _same_family(card: ModelCard, other: ModelCard) -> bool:
+    """The index's family name, or for a config.json outside the index (which names no family of the index's
+    spelling) the same Hugging Face model_type."""
+    if card.family and other.family == card.family:
+        return True
+    return bool(card.model_type) and other.model_type == card.model_type
+
+
+def _billions(card: ModelCard) -> str:
+    return f"{_size(card) / 1e9:.1f}B"
+
+
+@lru_cache(maxsize=None)
+def _bundled_reads_images(model_id: str) -> bool:
+    return any(e.reads_images for e in list_recipes() if e.model == model_id)
+
+
+def reads_images(card: ModelCard) -> bool:
+    """A vision-language model: its config.json has a vision tower, or the index's recipes for it read images."""
+    return card.vision_language or _bundled_reads_images(card.id)
+
+
+def model_name(card: ModelCard) -> str:
+    """The name a built config is named by: the bundled id, else the model's own name (config.json's
+    `_name_or_path`, or the folder holding it; the repo's name for a Hub id), never a file path."""
+    if find_bundled_model(card.id) is not None:
+        return card.id
+    if card.name_or_path:
+        source = Path(card.name_or_path.rstrip("/")).name
+    elif card.id.endswith(".json"):
+        source = Path(card.id).resolve().parent.name
+    else:
+        source = card.id.rsplit("/", 1)[-1]
+    return re.sub(r"[^a-z0-9]+", "_", source.lower()).strip("_") or "model"

@@ -79,6 +79,7 @@ class Recommendation:
                 "name": self.recipe.name, "kind": self.recipe.kind, "megatron_recipe": self.recipe.megatron_recipe},
             "notes": self.notes,
             "layout": self.best.to_dict(self.plan.usable_gib),
+            "why_first": self.plan.why_first,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
             "changes": [c.to_dict() for c in self.changes],

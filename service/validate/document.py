@@ -201,10 +201,12 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
     return view
 
 
-def _emit(rule, result, doc: Document) -> Iterable[Finding]:
+def _emit(rule, result, doc: Document, deferred_fixes: dict[int, Callable[[], str]]) -> Iterable[Finding]:
     violations = [result] if isinstance(result, Violation) else list(result or [])
     for violation in violations:
-        finding = rule.finding(violation)
+        finding, deferred_fix = rule.finding_with_deferred_fix(violation)
+        if deferred_fix is not None:
+            deferred_fixes[id(finding)] = deferred_fix
         finding.line, finding.column = doc.position(finding.key)
         yield finding
 
@@ -213,17 +215,23 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
                       nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> list[Finding]:
     view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
     findings: list[Finding] = []
+    deferred_fixes: dict[int, Callable[[], str]] = {}
     for rule in CONFIG_RULES:
-        findings.extend(_emit(rule, rule.check(view), doc))
+        findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
     if view.facts is not None:
         for rule in LAYOUT_RULES:
-            findings.extend(_emit(rule, rule.check(view.facts), doc))
+            findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
     if any(f.code == "RA-M001" for f in findings):
         # weights alone do not fit: the whole-memory estimate would only repeat it
         findings = [f for f in findings if f.code != "RA-M002"]
     _mark_known_issues(findings, view)
     findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
-    return _capped(findings)
+    listed = _capped(findings)
+    for finding in listed:  # only the listed findings pay for their fix's search
+        deferred_fix = deferred_fixes.get(id(finding))
+        if deferred_fix is not None:
+            finding.fix = deferred_fix()
+    return listed
 
 
 # A pasted file of 50,000 unknown keys made a 18 MB answer: past this many findings

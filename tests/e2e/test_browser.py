@@ -156,3 +156,52 @@ def test_typed_markup_stays_text(page, live_server_url):
     page.wait_for_selector("#findings")
     assert page.locator("img").count() == 0
     assert hostile in page.inner_text("table.listing")
+
+
+PHONE = {"width": 390, "height": 844}
+RESULT_QUERY = "model=llama3-70b&gpu_type=h100&gpus=8&nodes=4&goal=pretrain&seq_length=8192&engine=megatron"
+LONG_LINE = "# " + "a long comment line that a phone cannot show in full " * 4 + "\n"
+# What overflows the page, what sticks out of its card, and how wide the header is (the page's own width).
+WIDTHS = """() => ({
+    page: document.documentElement.scrollWidth,
+    window: window.innerWidth,
+    header: document.querySelector("header.top").getBoundingClientRect().width,
+    cards: [...document.querySelectorAll(".card")].filter(c => c.scrollWidth > c.clientWidth).map(c => c.id),
+})"""
+
+
+def open_pages(page, live_server_url):
+    """(name, page) for the form, a result and a validate result, each loaded in turn."""
+    page.goto(f"{live_server_url}/")
+    yield "form"
+    page.goto(f"{live_server_url}/recommend?{RESULT_QUERY}")
+    page.wait_for_selector("#layout")
+    yield "result"
+    page.goto(f"{live_server_url}/validate")
+    page.fill("#yaml", LONG_LINE + BAD_TP)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#findings")
+    yield "validate"
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390px", "1366px"])
+def test_every_page_fits_the_window(browser, live_server_url, shots, viewport):
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    try:
+        for name in open_pages(page, live_server_url):
+            widths = page.evaluate(WIDTHS)
+            page.screenshot(path=str(shots / f"fit-{name}-{viewport['width']}.png"), full_page=True)
+            assert widths["page"] <= widths["window"], (name, widths)  # no sideways scrolling of the page
+            assert widths["header"] == widths["window"], (name, widths)
+            assert not widths["cards"], (name, widths)  # wide tables scroll inside their card
+            if name == "result":
+                # The memory bar's labels scale with the bar: shown only where readable (the legend says the same).
+                heights = page.eval_on_selector_all("#memory svg.memory text",
+                                                    "texts => texts.map(t => t.getBoundingClientRect().height)")
+                shown = [h for h in heights if h > 0]
+                assert all(h >= 10 for h in shown), heights
+                assert shown if viewport is LAPTOP else not shown, heights
+                assert "usable" in page.inner_text("#memory .legend")
+    finally:
+        context.close()

@@ -14,6 +14,7 @@ from typing import Optional
 import yaml
 
 from tests.paths import REPO
+from trainer.contract.checkpoint_lock import LOCK_FILE
 
 # tiny-llama: vocab 512, hidden 64, 2 layers, 4 heads, 2 KV heads (recipe_index/models/tiny-llama.json).
 BASE_CONFIG = {
@@ -74,8 +75,8 @@ def run_launcher(config: Path, *args: str, timeout: float = 120) -> subprocess.C
 
 def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
     """subprocess.run, except that on a timeout the launcher gets SIGTERM first: torch.distributed.run passes it
-    on to its workers, each in a session of its own that a kill of the launcher never reaches; left running,
-    they would slow every later test on a 2-core machine into timeouts of its own."""
+    on to its workers (each in a session of its own), which then stop as a Ctrl-C stops them; left running, they
+    would slow every later test on a 2-core machine into timeouts of its own."""
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -106,6 +107,7 @@ def losses(ckpt_dir: Path) -> list[float]:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under root (to prove nothing was written or damaged)."""
+    """Relative path -> sha256 of every file under root (to prove nothing was written or damaged), but the
+    folder's lock file, which names the last run that took it (trainer/contract/checkpoint_lock.py)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != LOCK_FILE}

@@ -18,6 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from trainer.contract.model_checks import INDEX_FILE, SINGLE_FILE, has_hf_weights  # noqa: F401  (re-exported)
+from trainer.data import JsonTokenizer
 
 if TYPE_CHECKING:
     from trainer.models.config import DecoderConfig
@@ -75,6 +76,21 @@ def save_hf_model(
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     return written + [out / INDEX_FILE]
+
+
+def write_special_token_ids(folder: Path) -> None:
+    """Name the BOS, EOS and PAD ids of the tokenizer saved in ``folder`` in its ``config.json``: without an
+    ``eos_token_id`` there, ``generate()`` never stops. An EOS list the model's own config gives is kept when it
+    holds the tokenizer's EOS (Llama 3 stops on several); a missing special leaves the config's value alone."""
+    config_path, tokenizer_path = folder / "config.json", folder / "tokenizer.json"
+    if not (config_path.is_file() and tokenizer_path.is_file()):
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    for key, token_id in JsonTokenizer(tokenizer_path).config_ids.items():
+        kept = key == "eos_token_id" and isinstance(config.get(key), list) and token_id in config[key]
+        if token_id is not None and not kept:
+            config[key] = token_id
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _plan_shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[dict[str, torch.Tensor]]:

@@ -30,9 +30,13 @@ except ImportError:  # pragma: no cover - depends on the PyYAML build
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_DEPTH = 64
+READER_MAX_DEPTH = 1000  # libyaml's reader refuses this much nesting itself, as a syntax error
 MAX_ALIASES = 200
 MAX_EVENTS = 200_000
 MAX_NODES = 200_000
+# Real configs hold well under a hundred keys; every key an unknown-key finding may cost a lookup, so a
+# document is refused past this many mapping keys in all (counted on the event stream, before composing).
+MAX_KEYS = 10_000
 
 YAML_TAG = "tag:yaml.org,2002:"
 MERGE_TAG = YAML_TAG + "merge"
@@ -84,6 +88,9 @@ def syntax_error(exc: yaml.YAMLError, path: str, text: str = "") -> YamlError:
     where = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     line, col = mark(where) if where is not None else (None, None)
+    if "maximum nesting depth" in problem:  # libyaml's reader stops at its own depth, before the MAX_DEPTH check
+        return YamlError(f"nesting {READER_MAX_DEPTH:,} or more levels deep (the limit is {MAX_DEPTH})",
+                         path=path, line=line, column=col, fix="flatten the structure")
     fix = "check indentation, colons and quotes at that line"
     if "another document" in problem:
         fix = "a config is one YAML document: remove the `---` (and what follows it) at that line"
@@ -110,13 +117,25 @@ def compose_within_limits(text: str, path: str, loader: type = FAST_LOADER) -> O
 
 
 def _stream_within_limits(text: str, path: str) -> None:
-    depth = aliases = events = 0
+    depth = aliases = events = keys = 0
+    # per open collection: [is a mapping, nodes written in it so far] (a mapping's even-numbered nodes are keys)
+    open_collections: list[list] = []
     for event in yaml.parse(text, Loader=FAST_LOADER):
         events += 1
         if events > MAX_EVENTS:
             raise YamlError(f"more than {MAX_EVENTS:,} YAML events", path=path,
                             fix="a config is a few hundred keys; remove generated data")
+        if isinstance(event, yaml.NodeEvent) and open_collections:
+            parent = open_collections[-1]
+            if parent[0] and parent[1] % 2 == 0:
+                keys += 1
+                if keys > MAX_KEYS:
+                    line, col = mark(event.start_mark)
+                    raise YamlError(f"more than {MAX_KEYS:,} keys in one document", path=path, line=line,
+                                    column=col, fix="a config is a few hundred keys; remove generated data")
+            parent[1] += 1
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            open_collections.append([isinstance(event, yaml.MappingStartEvent), 0])
             depth += 1
             if depth > MAX_DEPTH:
                 line, col = mark(event.start_mark)
@@ -124,6 +143,7 @@ def _stream_within_limits(text: str, path: str) -> None:
                                 column=col, fix="flatten the structure")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
+            open_collections.pop()
         elif isinstance(event, yaml.AliasEvent):
             aliases += 1
             if aliases > MAX_ALIASES:

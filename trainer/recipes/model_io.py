@@ -193,12 +193,14 @@ def autocast(model: nn.Module, precision: str, device_type: str):
 
 
 def _tokenizer_beside(cfg: RecipeConfig, folder: Path) -> None:
+    from trainer.components.hf_io import write_special_token_ids
     from trainer.contract.tokenizer_files import save_tokenizer, training_tokenizer
     from trainer.recipes.base_recipe import log
 
     warning = save_tokenizer(training_tokenizer(cfg.dataset), folder)
     if warning:
         log(warning)
+    write_special_token_ids(folder)
 
 
 def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:

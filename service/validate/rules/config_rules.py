@@ -4,7 +4,7 @@ recipe-level consistency checks (metadata vs values, model vs dataset)."""
 from __future__ import annotations
 
 from difflib import get_close_matches
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from recipe_index import get_recipe, list_recipes
@@ -28,20 +28,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from service.validate.view import ConfigView
 
 
-# A posted config may hold tens of thousands of unknown keys: the difflib search
-# per key is bounded by the candidates it compares and the length of the word it compares, and
-# remembered, since one typo tends to recur across files and requests.
+# A posted config may hold thousands of unknown keys: the difflib search runs only for the findings validate
+# lists (the fix is deferred), is bounded by the candidates it compares and the length of the word it compares,
+# and remembered, since one typo tends to recur across files and requests.
 MAX_SUGGESTION_CANDIDATES = 64
 MAX_SUGGESTED_WORD = 64
 
 
-def _did_you_mean(word: str, options) -> str:
+def _did_you_mean(word: str, options, tail: str = "") -> str:
     known = sorted(options)[:MAX_SUGGESTION_CANDIDATES]
     close = _closest(word, tuple(known)) if len(word) <= MAX_SUGGESTED_WORD else None
     if close is not None:
-        return f"did you mean `{close}`?"
+        return f"did you mean `{close}`?{tail}"
     more = len(options) - len(known)
-    return f"known keys: {', '.join(known)}" + (f" and {more} more" if more > 0 else "")
+    return f"known keys: {', '.join(known)}" + (f" and {more} more" if more > 0 else "") + tail
 
 
 @lru_cache(maxsize=4096)
@@ -62,14 +62,15 @@ def unknown_keys(view: "ConfigView") -> Iterator[Violation]:
             # Nesting helps only under a section: `optimizer.lr`, not `distributed.` or `seed.x` under rng.
             nests = not parent and rest and head in known and section_type(head) is not None
             fix = (f"nest it: `{head}:` on one line and `  {rest}: ...` under it" if nests
-                   else _did_you_mean(dotted.replace(".", "_").strip("_"), known) if known
+                   else partial(_did_you_mean, dotted.replace(".", "_").strip("_"), known) if known
                    else "write it as nested YAML")
             yield Violation(f"unknown key `{dotted}`: a YAML key is one name, not a dotted path (that is the "
                             f"spelling of an override, --{key})", fix, key=key)
             continue
         leaf = key.rpartition(".")[2]
         where = "section" if "." not in key else f"key in `{key.rpartition('.')[0]}`"
-        yield Violation(f"unknown {where} `{leaf}`", f"{_did_you_mean(leaf, options)} (remove it if not)", key=key)
+        yield Violation(f"unknown {where} `{leaf}`", partial(_did_you_mean, leaf, options, " (remove it if not)"),
+                        key=key)
 
 
 def _literal_dotted_key(data: object, path: str) -> Optional[str]:
@@ -457,11 +458,8 @@ def target_signature(view: "ConfigView") -> Iterator[Violation]:
             bad = unknown_kwargs(target, kwargs)
         except TargetNotFound as exc:
             package = target.split(".")[0]
-            if module_file(package) is None:  # a serving-only install (the Docker image, pre-commit): no torch
-                yield Violation(f"{package} is not installed where validate runs, so the keywords of {target} are "
-                                "not checked", f"install {package} (pip install '.[train]') to check them",
-                                severity="info", key=f"{section}._target_")
-                continue
+            if module_file(package) is None:  # torch, the trainer's own dependency, absent from a serving-only
+                continue  # install (the Docker image, pre-commit): no typo, and `train` says what to install
             yield Violation(f"_target_ {target} cannot be found ({exc})", "check the spelling of the dotted path",
                             key=f"{section}._target_")
             continue

@@ -22,7 +22,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("flags", [["--port", "70000"], ["--port", "0"], ["--workers", "0"]])
+@pytest.mark.parametrize("flags", [["--port", "70000"], ["--port", "0"], ["--workers", "0"],
+                                   ["--max-header-bytes", "100"], ["--header-timeout", "0"],
+                                   ["--header-timeout", "inf"]])
 def test_bad_flags_exit_2(capsys, flags):
     assert main(["serve", *flags]) == 2
     assert "recipe-advisor serve" in capsys.readouterr().err

@@ -84,6 +84,7 @@ def test_did_you_mean_compares_a_bounded_number_of_candidates(monkeypatch):
 @pytest.mark.parametrize("text, needle", [
     (LAUGHS, "alias expansion"),  # 80 aliases: under the alias cap, 10**9 values once expanded
     ("a: " + "[" * 70 + "]" * 70 + "\n", "nesting deeper than 64"),
+    ("a: " + "[" * 1000 + "]" * 1000 + "\n", r"nesting 1,000 or more levels deep \(the limit is 64\)"),
     ("a: !!binary aGVsbG8=\n", "YAML tag !!binary is not allowed"),
     ("a: !!set {x}\n", "YAML tag !!set is not allowed"),
     ("a: 123456789012345678901234567890\n", "at most 64 bits"),

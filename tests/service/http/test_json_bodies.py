@@ -124,3 +124,28 @@ def test_a_count_given_differently_in_the_body_and_the_query_is_refused():
     clash = client.post("/v1/validate?gpus=16", json={"yaml": BUNDLED, "gpus": 8})
     assert clash.status_code == 400 and clash.json()["field"] == "gpus"
     assert client.post("/v1/validate?gpus=8", json={"yaml": BUNDLED, "gpus": 8}).status_code == 200
+
+
+@pytest.mark.parametrize("depth", [65, 10_000])
+@pytest.mark.parametrize("path", ["/v1/recommend", "/v1/validate"])
+def test_a_json_body_nested_too_deeply_says_so_with_the_limit(client, path, depth):
+    body = '{"yaml": "a: 1", "model": ' + "[" * depth + "]" * depth + "}"
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["field"] == "body"
+    assert response.json()["detail"].startswith("the JSON body is nested deeper than 64 levels")
+
+
+def test_a_json_body_at_the_nesting_limit_is_read(client):
+    overrides = '{"optimizer.lr": ' + "[" * 63 + "]" * 63 + "}"  # 64 levels with the body's own object
+    body = '{"model": "llama3-8b", "gpus": 8, "gpu_type": "h100", "overrides": ' + overrides + "}"
+    response = client.post("/v1/recommend", content=body, headers={"content-type": "application/json"})
+    assert "nested" not in response.text
+
+
+def test_yaml_nested_past_the_reader_says_the_depth_and_the_limit(client):
+    response = client.post("/v1/validate", content="a: " + "[" * 1100 + "]" * 1100,
+                           headers={"content-type": "text/plain"})
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert "nesting 1,000 or more levels deep (the limit is 64)" in detail and "indentation" not in detail

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 import recipe_index
 from service.http.app import create_app
+from service.request import least
 
 SCRIPT = "<script>alert('x')</script>"
 GOOD = """\
@@ -259,3 +260,20 @@ def test_fix_texts_name_the_forms_fields(client):
     r = client.get("/recommend?model=llama3-8b&gpu_type=a100-80gb&gpus=2&precision=fp8")
     assert r.status_code == 400
     assert "use Precision bf16" in r.text and "--precision" not in r.text and "API:" not in r.text
+
+
+@pytest.mark.parametrize("path", ["/", "/validate"])
+def test_the_api_link_works_without_internet(client, path):
+    """/docs loads Swagger UI from a CDN, so the header's API link goes to the OpenAPI description itself."""
+    page = client.get(path).text
+    links = re.findall(r'<a href="([^"]*)"[^>]*>API</a>', page)
+    assert links == ["/openapi.json"]
+    answer = client.get(links[0])
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing the page loads is off this server
+
+
+def test_the_sequence_length_field_allows_what_the_server_takes(client):
+    field = re.search(r'<input id="seq_length"[^>]*>', client.get("/").text).group(0)
+    assert f'min="{least("seq_length")}"' in field and least("seq_length") == 2
+    assert client.get("/recommend?model=llama3-8b&gpu_type=h100&gpus=8&seq_length=2").status_code == 200

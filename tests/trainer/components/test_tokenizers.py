@@ -68,6 +68,30 @@ def test_a_consolidated_checkpoint_carries_the_tokenizer_its_data_was_encoded_wi
     text = "ab ✓ 日本\n\tz"
     assert tokenizer.encode(text) == byte.encode(text) and tokenizer.decode(byte.encode(text)) == text
     assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (byte.bos_id, byte.eos_id, byte.pad_id)
+    # config.json had eos_token_id null, so generate() on the checkpoint never stopped
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (
+        byte.bos_id, byte.eos_id, byte.pad_id)
+
+
+@pytest.mark.parametrize("model_eos, written_eos", [(None, 3), (2, 3), ([3, 5], [3, 5]), ([5], 3)])
+def test_the_consolidated_config_names_the_special_ids_of_the_tokenizer_beside_it(tmp_path, model_eos,
+                                                                                   written_eos):
+    """The tokenizer's EOS replaces the model's unless the model's list already holds it; a tokenizer without
+    a BOS or a PAD token leaves those keys as the model's config has them."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from trainer.components.hf_io import write_special_token_ids
+
+    Tokenizer(WordLevel({"<unk>": 0, "hello": 1, "world": 2, "<|endoftext|>": 3}, unk_token="<unk>")).save(
+        str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    (tmp_path / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": model_eos,
+                                                      "pad_token_id": None, "vocab_size": 4}))
+    write_special_token_ids(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text()) == {
+        "bos_token_id": 1, "eos_token_id": written_eos, "pad_token_id": None, "vocab_size": 4}
 
 
 def test_mock_data_leaves_no_tokenizer_and_a_model_tokenizer_is_copied(tmp_path):
