@@ -191,7 +191,7 @@ def _hub_unreachable(repo_id: str) -> Optional[str]:
     """Why the Hub cannot give ``repo_id``'s config.json when it is not cached and one HEAD request without
     retries fails on the network (None when it is cached or the Hub answered, even with an error)."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import HfHubHTTPError  # in every release (huggingface_hub.errors from 0.24)
 
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
         return None  # cached: hf_hub_download's first request does not retry, and falls back to the cache
@@ -200,7 +200,9 @@ def _hub_unreachable(repo_id: str) -> Optional[str]:
     if failed is not None and time.monotonic() - failed[0] < HUB_DOWN_MEMORY_S:
         return failed[1]
     try:
-        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S, retry_on_errors=False)
+        # No retry_on_errors=False: that is its default, and older releases (the project allows >=0.23) refuse the
+        # argument, a TypeError read as an unreachable Hub; they retry no network error of this request either.
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S)
     except HfHubHTTPError:
         return None  # the Hub answered (not found, gated, ...): hf_hub_download says which
     except Exception as exc:  # refused, timed out, no DNS: the network, not the repo

@@ -50,10 +50,11 @@ class MethodsMiddleware:
             return
         if method == "HEAD":
             scope = {**scope, "method": "GET"}
+        asked = dict(scope)  # routing updates the scope in place (a mount moves its path into root_path)
 
         async def send_fixed(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] == 405:
-                allow = ", ".join(allowed_methods(self.routes, scope)).encode()
+                allow = ", ".join(allowed_methods(self.routes, asked)).encode()
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
                 message = {**message, "headers": [*headers, (b"allow", allow)]}
             elif message["type"] == "http.response.body" and method == "HEAD":

@@ -68,3 +68,20 @@ def test_a_cached_config_resolves_while_the_hub_is_unreachable(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "256"
     assert seconds < 10 and "Retrying" not in done.stderr
+
+
+def test_a_huggingface_hub_without_retry_on_errors_is_not_taken_for_an_unreachable_hub(monkeypatch):
+    """Older huggingface_hub releases take no ``retry_on_errors``: the probe still asks the Hub."""
+    import huggingface_hub
+    from huggingface_hub.utils import HfHubHTTPError
+
+    from recipe_index import models
+
+    def metadata_of_an_older_release(url, token=None, proxies=None, timeout=10, library_name=None,
+                                     library_version=None, user_agent=None, headers=None):
+        raise HfHubHTTPError.__new__(HfHubHTTPError)  # the Hub answered (404, gated, ...)
+
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", metadata_of_an_older_release)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *args, **kwargs: None)
+    monkeypatch.setattr(models, "_hub_down", {})
+    assert models._hub_unreachable("acme/NoSuchModel-7B") is None

@@ -50,3 +50,9 @@ def test_a_wrong_method_is_405_naming_every_method_of_the_path(client):
     assert r.status_code == 405
     assert r.headers["allow"] == "GET, HEAD, POST, OPTIONS"
     assert client.head("/v1/recommend").headers["allow"] == "POST, OPTIONS"
+
+
+def test_a_wrong_method_on_a_static_file_is_405_naming_get_and_head(client):
+    r = client.put("/static/style.css")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET, HEAD, OPTIONS"
