@@ -147,7 +147,7 @@ def test_validate_names_the_bad_field_instead_of_crashing(tmp_path, capsys, edit
     code, findings = validate_findings(tmp_path, capsys, f"model: {{pretrained_model_name_or_path: '{tmp_path}'}}\n"
                                "dataset: {seq_length: 128}\ndistributed: {strategy: fsdp2}\n"
                                "hardware: {gpu_type: cpu, gpus_per_node: 2}\n")
-    assert code == 1 and listed(findings) == [("RA-C009", "error")]  # s7b #7a
+    assert code == 1 and listed(findings) == [("RA-C009", "error")]
     assert said in next(f for f in findings if f["code"] == "RA-C009")["message"]
 
 
