@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from service.estimate.memory import gib_text
-from service.plan.sizing import gpus_that_fit
+from service.plan.sizing import MAX_GPUS_TRIED, gpus_that_fit
 from service.plan.types import Plan
 
 
@@ -46,7 +46,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     elif not result.fitting:
         lines.append(f"nothing fits on {req.world_size} x {hw.name}: " +
                      (f"the fewest GPUs of that type found to fit it: {counts[0]}" if counts
-                      else "no GPU count up to 65536 fits"))
+                      else f"no GPU count up to {MAX_GPUS_TRIED} fits"))
     lines += [f"note: {note}" for note in result.notes]
     if result.rejections:
         lines += ["", "rejected by the rules:"]

@@ -18,6 +18,9 @@ MAX_PROBES_BELOW = 16
 # and the batch must divide it), so a smaller count between may fit where bisection's midpoint did not.
 MAX_PROBES_BETWEEN = 32
 
+# The largest GPU count a search for one that fits goes to (the requests' own bound).
+MAX_GPUS_TRIED = 1 << 16
+
 FIT, TOO_SMALL, NO_VALID_LAYOUT = "fit", "too small", "no valid layout"
 
 
@@ -49,7 +52,7 @@ def _counts_above(request: PlanRequest, max_gpus: int) -> list[int]:
     return inside + [unit * k for k in range(max(1, world // unit + 1), max_gpus // unit + 1)]
 
 
-def gpus_needed(request: PlanRequest, max_gpus: int = 1 << 16) -> Optional[int]:
+def gpus_needed(request: PlanRequest, max_gpus: int = MAX_GPUS_TRIED) -> Optional[int]:
     """The fewest GPUs above the request's count on which some layout fits.
 
     Memory fit grows with the GPU count, but the rules do not: a count the global batch does not

@@ -12,11 +12,10 @@ from math import lcm
 from typing import Optional
 
 from recipe_index import list_recipes
+from service.estimate.constants import LONG_CONTEXT
 from service.facts import Facts
 from service.validate.rules.registry import Violation, layout_rule
 from service.validate.rules.sizes import bundled, cp_sizes, divisors, larger_tp, megatron_split, tp_domain
-
-LONG_CONTEXT = 8192  # seed: "> 8K -> need CP"
 
 
 @layout_rule("RA-L001", "error", "distributed.tp_size", "TP divides the attention heads",
