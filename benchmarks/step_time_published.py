@@ -1,6 +1,6 @@
 """Step-time estimates against NVIDIA's published training throughput.
 
-``benchmarks/data/published_throughput.json`` holds the tokens/s per GPU (or step time) that the
+``recipe_index/data/published_throughput.json`` holds the tokens/s per GPU (or step time) that the
 Megatron Bridge and NeMo performance summaries and the dgxc-benchmarking READMEs publish for one
 layout each. For every record whose model has a bundled card, this script estimates the published
 layout exactly as printed (TP, PP, VP, CP, EP, ETP, micro batch, Megatron-FSDP) with the planner's
@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
+from recipe_index.measurements import PUBLISHED, UNSCORED_VARIANTS, measured_tokens_per_s, release_order  # noqa: E402
 from service.estimate import constants as C  # noqa: E402
 from service.estimate.memory import MemoryModel, model_shape, usable_memory_gib  # noqa: E402
 from service.estimate.steptime import StepTimeModel  # noqa: E402
@@ -45,21 +46,7 @@ from service.facts import Layout  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from expert_layouts import PRECISION  # noqa: E402  (the published precision tokens, as the layout benchmark reads them)
 
-DATA = ROOT / "benchmarks" / "data" / "published_throughput.json"
-# README "example output" lines are single log lines, some without the GPU named: not measurements
-# of a stated layout.
-UNSCORED_VARIANTS = ("readme_example_output",)
-
-
-def measured_tokens_per_s(r: dict) -> float | None:
-    """Tokens/s per GPU as published, or derived from the whole job's tokens/s or the step time."""
-    if r.get("tokens_per_s_per_gpu"):
-        return float(r["tokens_per_s_per_gpu"])
-    if r.get("tokens_per_s_total"):
-        return r["tokens_per_s_total"] / r["num_gpus"]
-    if r.get("step_time_s"):
-        return r["global_batch_size"] * r["seq_length"] / (r["step_time_s"] * r["num_gpus"])
-    return None
+DATA = PUBLISHED
 
 
 def scorable(r: dict) -> bool:
@@ -159,7 +146,7 @@ def score(records: list[dict]) -> list[dict]:
 
 
 def _release(r: dict) -> tuple[int, ...]:
-    return tuple(int(part) for part in (r.get("release") or "0").split("."))
+    return release_order(r.get("release"))
 
 
 def split_check(rows: list[dict], upto: str) -> tuple[float, dict, dict, dict]:

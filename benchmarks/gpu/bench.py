@@ -12,7 +12,7 @@ next to the planner's estimate of the same layout (engine bundled), and the time
     python benchmarks/gpu/bench.py --smoke              # the same code path: tiny model, CPU, 2 steps
 
 With --out-dir, the report goes to DIR/NAME.json after every step (so a run cut off still leaves
-one) and the measurement, as a row of benchmarks/data/published_throughput.json, into
+one) and the measurement, as a row of recipe_index/data/published_throughput.json, into
 DIR/throughput_rows.json. --time-budget S ends the run early, after whole steps, so that it finishes
 within S seconds of its start. Exit 0 with the report; 1 when a kernel check fails.
 """

@@ -15,7 +15,7 @@
 #   2. dense benchmark: Llama-3.2-1B, bf16                              -> $OUT/dense-bf16.json
 #   3. MoE benchmark: once trainer/contract/capabilities.py says moe; until then a line says it is skipped
 #   4. dense fp8 (torchao), when GPU_BENCH_FP8_MIN_S (default 180) seconds are left -> $OUT/dense-fp8.json
-# Each benchmark adds its row (benchmarks/data/published_throughput.json's format) to
+# Each benchmark adds its row (recipe_index/data/published_throughput.json's format) to
 # $OUT/throughput_rows.json; everything printed also goes to $OUT/run.log. --dry-run prints the steps
 # and runs none of them; --smoke runs every phase on CPU with a tiny model, with the interpreter's
 # packages as they are (GPU_BENCH_MODE=machine: installing from $WHEELS first, as on the lent machine).

@@ -36,7 +36,7 @@ def summary_lines(out_dir: Path) -> list[str]:
             continue
         lines.append(f"{name}: {_figures(report)}")
     rows = _read(out_dir / "throughput_rows.json")
-    lines.append(f"rows for benchmarks/data/published_throughput.json: {len(rows) if rows else 0} in "
+    lines.append(f"rows for recipe_index/data/published_throughput.json: {len(rows) if rows else 0} in "
                  f"{out_dir / 'throughput_rows.json'}")
     return lines
 

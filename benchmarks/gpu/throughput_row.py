@@ -1,4 +1,4 @@
-"""A GPU benchmark's measurement as a row of benchmarks/data/published_throughput.json, and the
+"""A GPU benchmark's measurement as a row of recipe_index/data/published_throughput.json, and the
 planner's estimate of the same run.
 
 The row has every field the published rows have (the layout, tokens/s per GPU, model TFLOPS per GPU,

@@ -168,6 +168,56 @@ def _rows(request: PlanRequest, est: Estimators, structure: Layout, sizes: list[
     return rows
 
 
+def _strategies(request: PlanRequest) -> dict[str, list[str]]:
+    """The engine's strategies, each with the shardings it offers."""
+    by_strategy: dict[str, list[str]] = {}
+    for sharding, strategy in shardings(request.engine, request.peft):
+        by_strategy.setdefault(strategy, []).append(sharding)
+    return by_strategy
+
+
+def _structure_rows(request: PlanRequest, est: Estimators, structure: Layout, sizes: list[int],
+                    by_strategy: dict[str, list[str]], rejections: dict[str, tuple[Finding, int]],
+                    usable: float) -> list[PlannedLayout]:
+    """The rows of one parallel shape (one per micro batch size), or none when the rules reject it for every
+    strategy (each rejection counted in ``rejections``)."""
+    probe = with_micro_batch(structure, sizes[0] if sizes else 1, "none")
+    options = []
+    for strategy, strategy_shardings in by_strategy.items():
+        if not _engine_allows(request, structure, strategy):
+            continue
+        findings = check_layout(facts_for(request, probe, strategy))
+        errors = [f for f in findings if f.severity == "error"]
+        for error in errors:
+            example, seen = rejections.get(error.code, (error, 0))
+            rejections[error.code] = (example, seen + 1)
+        if not errors:
+            # Only what the engine documents: no Megatron-FSDP with pipeline stages (RA-L017).
+            options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings
+                           if not megatron_fsdp_with_pp(strategy, sharding, structure.pp))
+    return _rows(request, est, structure, sizes, options, usable) if options else []
+
+
+def plan_one(result: Plan, layout: Layout) -> tuple[Optional[PlannedLayout], list[Finding]]:
+    """One given layout of a planned request, estimated as the planner estimates its own rows: its row (the
+    plan's own when the search space holds it), or None and the rule findings that reject it."""
+    row = result.find(layout)
+    if row is not None:
+        return row, []
+    request = result.request
+    rejections: dict[str, tuple[Finding, int]] = {}
+    est = result.layouts[0].estimators if result.layouts else Estimators(request, model_shape(request.model))
+    if layout.dp(request.world_size) < 1 or request.world_size % (layout.tp * layout.pp * layout.cp):
+        rows = []
+    else:
+        rows = _structure_rows(request, est, with_micro_batch(layout, 1, "none"), [layout.micro_batch_size],
+                               _strategies(request), rejections, usable_memory_gib(request.hardware.memory_gib))
+    if rows:
+        return rows[0], []
+    strategy = next(iter(_strategies(request)))
+    return None, [f for f in explain_layout(request, layout, strategy) if f.severity == "error"]
+
+
 def plan(request: PlanRequest) -> Plan:
     """Every valid layout of the request with its estimates, best first (see module docstring)."""
     shape = model_shape(request.model)
@@ -176,29 +226,11 @@ def plan(request: PlanRequest) -> Plan:
     rows: list[PlannedLayout] = []
     rejections: dict[str, tuple[Finding, int]] = {}
     count = 0
-    by_strategy: dict[str, list[str]] = {}
-    for sharding, strategy in shardings(request.engine, request.peft):
-        by_strategy.setdefault(strategy, []).append(sharding)
+    by_strategy = _strategies(request)
     for structure in structures(request, shape):
         count += 1
         sizes = micro_batch_sizes(request, structure.dp(request.world_size))
-        probe = with_micro_batch(structure, sizes[0] if sizes else 1, "none")
-        options = []
-        for strategy, strategy_shardings in by_strategy.items():
-            if not _engine_allows(request, structure, strategy):
-                continue
-            findings = check_layout(facts_for(request, probe, strategy))
-            errors = [f for f in findings if f.severity == "error"]
-            for error in errors:
-                example, seen = rejections.get(error.code, (error, 0))
-                rejections[error.code] = (example, seen + 1)
-            if not errors:
-                # Only what the engine documents: no Megatron-FSDP with pipeline stages (RA-L017).
-                options.extend((sharding, strategy, tuple(findings)) for sharding in strategy_shardings
-                               if not megatron_fsdp_with_pp(strategy, sharding, structure.pp))
-        if not options:
-            continue
-        rows.extend(_rows(request, est, structure, sizes, options, usable))
+        rows.extend(_structure_rows(request, est, structure, sizes, by_strategy, rejections, usable))
     ranking = dict(long_context=request.seq_length > C.LONG_CONTEXT,
                    comfortable_gib=request.hardware.memory_gib * C.MEMORY_COMFORT_FRACTION, layers=shape.layers,
                    unlaunchable=est.needs_layout_string, fsdp_last=request.fsdp_last)

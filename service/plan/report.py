@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from service.estimate.memory import gib_text
+from service.plan.provenance import provenance, row_dict
 from service.plan.sizing import MAX_GPUS_TRIED, gpus_that_fit
 from service.plan.types import Plan
 
@@ -31,6 +32,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      f"{row.sharding:<9} {gib_text(row.memory.total):>7} {t.step_time_s:>8.2f} "
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit")
                      + ("  needs a layout string (RA-L019)" if row.needs_layout_string else ""))
+        lines += provenance_lines(provenance(req, row))
     if result.why_first:
         lines += ["", f"row 1 is {result.why_first}"]
     not_fitting = [i for i, r in enumerate(rows, 1) if not r.fits]
@@ -55,7 +57,23 @@ def format_text(result: Plan, top: Optional[int]) -> str:
     return "\n".join(lines)
 
 
+def provenance_lines(found: dict) -> list[str]:
+    """The lines under a row: the index recipes that run its layout, and its newest measurement."""
+    lines = []
+    if found["used_by"]:
+        lines.append("      used by " + ", ".join(f"{use['recipe']} ({use['kind']}, {use['num_gpus']} GPUs)"
+                                          for use in found["used_by"]))
+    measured = found["measured"]
+    if measured:
+        release = f"release {measured['release']}, " if measured["release"] else ""
+        lines.append(f"      measured {measured['tokens_per_s_per_gpu']:,.0f} tok/s/GPU at global batch "
+                     f"{measured['global_batch_size']} ({release}{measured['source']})")
+    return lines
+
+
 def plan_json(result: Plan, top: Optional[int]) -> dict:
     """The plan (its ``top`` rows; None: all), the GPU counts that fit when none here does, and notes on the
     estimates."""
-    return {**result.to_dict(top=top), "gpus_that_fit": gpus_that_fit(result), "notes": result.notes}
+    rows = result.layouts if top is None else result.layouts[:top]
+    return {**result.to_dict(top=top), "layouts": [row_dict(result, row) for row in rows],
+            "gpus_that_fit": gpus_that_fit(result), "notes": result.notes}

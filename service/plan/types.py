@@ -148,6 +148,10 @@ class PlannedLayout:
         return self._estimators.needs_layout_string(self.structure)
 
     @property
+    def estimators(self) -> "Estimators":
+        return self._estimators
+
+    @property
     def key(self) -> tuple:
         lay = self.structure
         return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, self.micro_batch_size)

@@ -29,12 +29,14 @@ from service.configs.changes import Change, diff, json_safe
 from service.estimate import constants as C
 from service.facts import Finding
 from service.plan.planner import make_request, plan
+from service.plan.provenance import row_dict
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
 from service.plan.types import Plan, PlanError, PlannedLayout
 from service.recommend.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.recommend.config_build import build_config
 from service.recommend.contract import recipe_and_request
 from service.recommend.launch_commands import render_commands
+from service.recommend.layout_source import LayoutSource, alternatives, choose_layout
 from service.recommend.request_overrides import request_fields
 from service.request import MAX_SEQ_LENGTH, AdviceRequest, advice_request
 from service.validate.document import validate_text
@@ -62,6 +64,7 @@ class Recommendation:
     findings: list[Finding]
     commands: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    layout_source: Optional[LayoutSource] = None
 
     @property
     def errors(self) -> int:
@@ -78,8 +81,10 @@ class Recommendation:
             "recipe": None if self.recipe is None else {
                 "name": self.recipe.name, "kind": self.recipe.kind, "megatron_recipe": self.recipe.megatron_recipe},
             "notes": self.notes,
-            "layout": self.best.to_dict(self.plan.usable_gib),
-            "why_first": self.plan.why_first,
+            "layout": row_dict(self.plan, self.best),
+            "layout_source": None if self.layout_source is None else self.layout_source.to_dict(),
+            "alternatives": alternatives(self.plan, self.best),
+            "why_first": self.plan.why_first if self.best is self.plan.best else None,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
             "changes": [c.to_dict() for c in self.changes],
@@ -132,11 +137,12 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml") -> Re
                      + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
     if result.best is None:
         raise _impossible(result, request)
-    best = result.best  # the planner's ranking is the one ranking: plan's #1 is what recommend applies
+    set_fields = frozenset(name for name, value in given.items() if value is not None)
+    best, source = choose_layout(result, recipe, set_fields)
     base, config = build_config(card, goal, engine, recipe, best, request, advice.overrides, notes, contract,
                                 base=base)
     text = _dump(config, recipe, notes)
-    notes += result.notes  # about the estimates, not the config's header
+    notes += [source.summary, *result.notes]  # about the layout and the estimates, not the config's header
     report = validate_text(text, config_path)
     # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
     # convergence (the Bridge recipe, the FP8 recipe).
@@ -152,7 +158,7 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml") -> Re
         commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps), bridge_args)
     return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
                           config=config, config_yaml=text, changes=changes, findings=report.findings,
-                          commands=commands, notes=notes)
+                          commands=commands, notes=notes, layout_source=source)
 
 
 # Request fields (CLI --flag / API field) a rule's key stands for, and the config spellings of their fixes.

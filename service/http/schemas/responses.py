@@ -231,6 +231,63 @@ class LayoutOut(_Response):
                     "table lacks the pair, RA-L019): `run_recipe.py --recipe` needs "
                     "model.pipeline_model_parallel_layout written by hand. Always false on the bundled engine.",
         examples=[False])
+    used_by: list[RecipeUse] = Field(
+        default_factory=list, description="Index recipes of this model on this GPU type that run this layout (TP, PP, "
+        "VP, CP, EP, ETP, micro batch), at any GPU count.")
+    measured: Optional[MeasuredThroughput] = Field(
+        default=None, description="The newest published measurement of this layout for this model, goal, GPU type "
+        "and count, sequence length and precision; null when none was published. The ranking stays the estimate.",
+        examples=[{"tokens_per_s_per_gpu": 9058.0, "global_batch_size": 1024, "release": "26.02.01",
+                   "source": "NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c",
+                   "sharding": "not full"}])
+
+
+class AlternativeOut(LayoutOut):
+    """Another layout beside the recommended one, with its estimated gain."""
+
+    estimated_gain: float = Field(description="Estimated tokens/s per GPU over the recommended layout's, minus 1 "
+                                  "(0.05: estimated 5 % faster). An estimate, with the estimates' error band.",
+                                  examples=[0.05])
+
+
+class LayoutSourceOut(_Response):
+    """Where the recommended layout comes from: measured and tuned beat estimated."""
+
+    case: str = Field(description="tuned (a benchmark recipe tuned for exactly this request), library_kept (the base "
+                      "library recipe's own layout, within the error band of the planner's best), replanned (a recipe "
+                      "layout was weighed and replaced; summary says why) or planned (no recipe sized for this).",
+                      examples=["tuned"])
+    recipe: Optional[str] = Field(description="The recipe whose layout was applied or weighed.",
+                                  examples=["qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs"])
+    summary: str = Field(description="The case in words, with the estimated gain when a layout was replaced.",
+                         examples=["tuned for exactly this: the layout of ... which NVIDIA tuned for throughput"])
+    band: Optional[float] = Field(description="The estimates' error band a library layout is kept within (0.1: "
+                                  "10 %).", examples=[0.1])
+    estimated_gain: Optional[float] = Field(description="The planner's best over the library layout, estimated.",
+                                            examples=[0.04])
+
+
+class RecipeUse(_Response):
+    """An index recipe that runs a layout."""
+
+    recipe: str = Field(description="Index name of the recipe.", examples=["deepseek_v3_pretrain_1024gpu_h100_bf16"])
+    kind: str = Field(description="benchmark (NVIDIA tuned it for throughput), library (sized to run) or bundled.",
+                      examples=["library"])
+    num_gpus: Optional[int] = Field(description="The GPU count the recipe is sized for (it may be another count "
+                                    "than the request's).", examples=[1024])
+
+
+class MeasuredThroughput(_Response):
+    """A published (or this trainer's own) measurement of a layout, beside its estimate."""
+
+    tokens_per_s_per_gpu: float = Field(description="Measured training tokens per second per GPU.", examples=[630.0])
+    global_batch_size: int = Field(description="The global batch it was measured with.", examples=[8192])
+    release: Optional[str] = Field(description="The software release measured (the newest one that published this "
+                                   "setup); null when the source names none.", examples=["25.09"])
+    source: str = Field(description="Where it was published: repository:path@commit.",
+                        examples=["NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c"])
+    sharding: str = Field(description="full when measured with Megatron-FSDP (or FSDP2), else not full.",
+                          examples=["not full"])
 
 
 class PlanHardware(_Response):
@@ -348,6 +405,13 @@ class RecommendResponse(_Response):
         examples=[["long context (32768 tokens): context parallelism is considered"]],
     )
     layout: LayoutOut = Field(description="The chosen layout with its estimates.")
+    layout_source: Optional[LayoutSourceOut] = Field(
+        default=None, description="Where the layout comes from.",
+        examples=[{"case": "library_kept", "recipe": "qwen3_30b_a3b_pretrain_16gpu_h100_bf16",
+                   "summary": "library layout kept: ...", "band": 0.25, "estimated_gain": 0.17}])
+    alternatives: list[AlternativeOut] = Field(
+        default_factory=list, description="The planner's best other layouts, and those the index runs at other GPU "
+        "counts, with their estimated gain over the chosen one.")
     why_first: Optional[str] = Field(default=None, description=WHY_FIRST_DESCRIPTION,
                                      examples=[WHY_FIRST_EXAMPLE])
     other_layouts: list[LayoutOut] = Field(description="The next best layouts, best first.")

@@ -16,6 +16,9 @@ from service.plan.planner import make_request, plan
 # Qwen3-30B-A3B on 16 x H100 with its recipe's batch: the first row (CP 1) ties with a faster CP 2 row.
 TIED = ["--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu-type", "h100"]
 FASTEST_FIRST = ["--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu-type", "h100"]
+# On 32 x H100 no index recipe is sized for the request, so recommend applies the planner's first row (on 16 the
+# library recipe's own layout is kept: tests/service/recommend/test_layout_source.py), which ties with a faster one.
+PLANNED_TIE = ["--model", "qwen3-30b-a3b", "--gpus", "32", "--gpu-type", "h100"]
 
 
 def _json(capsys, argv: list[str]) -> dict:
@@ -60,16 +63,18 @@ def test_the_deciding_preference_is_named(args, decided):
 
 
 def test_recommend_says_it_in_its_json_and_summary(capsys, tmp_path):
-    answer = _json(capsys, ["recommend", *TIED])
-    assert answer["why_first"].startswith("first although TP 1 PP 1 CP 2 EP 8")
-    assert main(["recommend", *TIED, "-o", str(tmp_path / "config.yaml")]) == 0
+    answer = _json(capsys, ["recommend", *PLANNED_TIE])
+    assert answer["layout_source"]["case"] == "planned"
+    assert answer["why_first"] == _json(capsys, ["plan", *PLANNED_TIE])["why_first"]
+    assert answer["why_first"].startswith("first although TP 1 PP 1 CP 1 EP 8")
+    assert main(["recommend", *PLANNED_TIE, "-o", str(tmp_path / "config.yaml")]) == 0
     out = capsys.readouterr()
     assert f"this layout is {answer['why_first']}" in (out.out + out.err).splitlines()
 
 
 def test_the_api_and_the_page_say_it():
     client = TestClient(create_app())
-    body = {"model": "qwen3-30b-a3b", "gpus": 16, "gpu_type": "h100"}
+    body = {"model": "qwen3-30b-a3b", "gpus": 32, "gpu_type": "h100"}
     planned = client.post("/v1/plan", json=body)
     recommended = client.post("/v1/recommend", json=body)
     assert planned.status_code == recommended.status_code == 200
@@ -77,4 +82,4 @@ def test_the_api_and_the_page_say_it():
     assert why.startswith("first although") and recommended.json()["why_first"] == why
     page = client.get("/recommend", params={**body, "goal": "pretrain"})
     assert page.status_code == 200
-    assert 'id="why-first">This layout is first although TP 1 PP 1 CP 2 EP 8' in page.text
+    assert 'id="why-first">This layout is first although TP 1 PP 1 CP 1 EP 8' in page.text

@@ -146,7 +146,7 @@ def _report(**changes) -> dict:
 
 def test_a_measurement_becomes_a_published_throughput_row() -> None:
     row = throughput_row.throughput_row(_report())
-    published = json.loads((REPO / "benchmarks" / "data" / "published_throughput.json").read_text())
+    published = json.loads((REPO / "recipe_index" / "data" / "published_throughput.json").read_text())
     assert set(published[0]) <= set(row)
     assert row["hardware"] == "h200" and row["num_gpus"] == 1 and row["fsdp"] is True
     assert row["global_batch_size"] == row["micro_batch_size"] == 4 and row["ga"] == 1
@@ -263,4 +263,4 @@ def test_the_summary_reads_what_the_call_left(tmp_path) -> None:
     assert lines[1] == ("dense-bf16: 70,000 tokens/s (estimate 75,500), MFU 58.6% (estimate 62.7%), peak 38.2 GiB "
                         "allocated / 44.0 reserved (estimate 42.5), 40 timed steps")
     assert lines[2] == "dense-fp8: no timed step (cut off)"
-    assert lines[3].startswith("rows for benchmarks/data/published_throughput.json: 0")
+    assert lines[3].startswith("rows for recipe_index/data/published_throughput.json: 0")

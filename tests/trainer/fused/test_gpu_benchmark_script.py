@@ -16,7 +16,7 @@ import pytest
 from tests.paths import REPO
 
 GPU = REPO / "benchmarks" / "gpu"
-PUBLISHED = REPO / "benchmarks" / "data" / "published_throughput.json"
+PUBLISHED = REPO / "recipe_index" / "data" / "published_throughput.json"
 
 
 def _env(**extra) -> dict:

@@ -1,0 +1,54 @@
+"""What stands beside a planned row's estimate: the index recipes that run its layout and the newest
+published measurement of it. Neither changes the ranking, which stays the estimate."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from recipe_index.layouts import recipes_on
+from recipe_index.measurements import find_measurement, measured_models, measurement_key
+from service.plan.types import Plan, PlannedLayout, PlanRequest
+
+# The bundled trainer's fp8 is torchao's dynamic tensor-wise scaling: current scaling, Bridge's fp8cs.
+BUNDLED_FP8_TOKEN = "fp8cs"
+
+
+def precision_token(request: PlanRequest) -> str:
+    """The published precision token a request trains in (bf16, fp8cs, fp8mx, ..., nvfp4)."""
+    if request.precision != "fp8":
+        return request.precision
+    if request.engine == "bundled":
+        return BUNDLED_FP8_TOKEN
+    return request.fp8_recipe or "fp8cs"
+
+
+def used_by(request: PlanRequest, row: PlannedLayout) -> list[dict]:
+    """The index recipes of this model on this GPU type whose layout is the row's (at any GPU count: a recipe
+    sized for another count shows where its structure lands here)."""
+    return [{"recipe": entry.name, "kind": entry.kind, "num_gpus": entry.num_gpus}
+            for entry, layout in recipes_on(request.model.id, request.hardware.name) if layout.key == row.key]
+
+
+def measured(request: PlanRequest, row: PlannedLayout) -> Optional[dict]:
+    """The newest measurement of the row's layout for this model, goal, GPU type and count, sequence and
+    precision, with the sharding it was measured with (the row's own first)."""
+    if request.model.id not in measured_models():
+        return None
+    lay = row.layout
+    for fully_sharded in sorted((False, True), key=lambda full: full != (row.sharding == "full")):
+        key = measurement_key(request.model.id, request.goal, request.hardware.name, request.world_size,
+                              request.seq_length, precision_token(request), request.engine, lay.tp, lay.pp, lay.vp,
+                              lay.cp, lay.ep, lay.etp, lay.micro_batch_size, fully_sharded)
+        found = find_measurement(key)
+        if found is not None:
+            return {**found.to_dict(), "sharding": "full" if fully_sharded else "not full"}
+    return None
+
+
+def provenance(request: PlanRequest, row: PlannedLayout) -> dict:
+    return {"used_by": used_by(request, row), "measured": measured(request, row)}
+
+
+def row_dict(result: Plan, row: PlannedLayout) -> dict:
+    """A row as the answers publish it, with the index recipes that run its layout and its measurement."""
+    return {**row.to_dict(result.usable_gib), **provenance(result.request, row)}
