@@ -1,18 +1,17 @@
-"""Leave-one-model-family-out cross-validation of the fitted step-time constants.
+"""Leave-one-model-family-out cross-validation of the step-time constants fitted on published throughput.
 
-The step-time model's MoE terms (``service.estimate.constants``: grouped-GEMM efficiency and its
-tokens-per-expert half point, the fixed cost of an MoE layer per micro batch, the exposed share of a
-cross-domain dispatch) are fitted on ``recipe_index/data/published_throughput.json``. To say how well they
-carry to a model nobody fitted them on, every MoE family is held out in turn: the constants are fitted on
-the other families' records (coordinate descent over a grid, minimising the mean absolute log error) and
-the held-out family is estimated with them. Only the newest release of each setup (request and layout)
-counts: the same layout moves ~6 % between releases, and older software is not what a user runs.
+The MoE step factor (``service.estimate.constants.MOE_MEASURED_STEP_FACTOR``, and any constant added to ``GRID``)
+is fitted on ``recipe_index/data/published_throughput.json``. To say how well it carries to a model nobody fitted
+it on, every MoE family is held out in turn: the constants are fitted on the other families' records (coordinate
+descent over a grid, minimising the mean absolute log error) and the held-out family is estimated with them. Only
+the newest release of each setup (request and layout) counts: the same layout moves between releases as the
+software does, and older software is not what a user runs.
 
     .venv/bin/python benchmarks/step_time_cv.py [--markdown]
 
-Prints, per family, the in-sample error (constants fitted on every family) and the out-of-sample error
-(fitted without the family), the pooled out-of-sample median absolute error for dense and MoE records,
-and the pair order of layouts of one setup measured more than 10 % apart.
+Prints, per family, the in-sample error (constants fitted on every family) and the out-of-sample error (fitted
+without the family), the pooled out-of-sample median absolute error for dense and MoE records, and the pair order
+of layouts of one setup measured more than 10 % apart.
 """
 
 from __future__ import annotations
