@@ -63,7 +63,7 @@ def scorable(r: dict) -> bool:
 
 def estimate(r: dict) -> tuple[float, str, float]:
     """(tokens/s per GPU, recompute, memory GiB) of the published layout. A row may name its ``engine``
-    (the bundled trainer's own measurements, benchmarks/gpu: "bundled"), ``grad_reduce_dtype`` and
+    (the bundled trainer's own measurements, benchmarks/gpu: "bundled"), ``grad_reduce_dtype``, ``compile`` and
     ``recompute``; NVIDIA's rows name none: Megatron, bf16 reduction, the least recompute that fits."""
     card = find_bundled_model(r["model"])
     hw = get_hardware(r["hardware"])
@@ -73,7 +73,8 @@ def estimate(r: dict) -> tuple[float, str, float]:
     peft = r["mode"] == "peft"
     engine, reduce_dtype = r.get("engine", "megatron"), r.get("grad_reduce_dtype", "bf16")
     time_model = StepTimeModel(shape, hw, world_size=n, seq_length=seq, global_batch_size=gbs,
-                               precision=precision, engine=engine, grad_reduce_dtype=reduce_dtype, peft=peft)
+                               precision=precision, engine=engine, grad_reduce_dtype=reduce_dtype, peft=peft,
+                               compiled=bool(r.get("compile")))
     memory = MemoryModel(shape, world_size=n, seq_length=seq, engine=engine, peft=peft, cpu=False,
                          precision=precision, grad_reduce_dtype=reduce_dtype)
     tp, pp, cp, ep, etp, mbs = r["tp"], r["pp"], r["cp"], r["ep"], r.get("etp") or 1, r["micro_batch_size"]

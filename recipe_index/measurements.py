@@ -19,6 +19,9 @@ from typing import Optional
 DATA = Path(__file__).resolve().parent / "data"
 PUBLISHED = DATA / "published_throughput.json"
 MEASURED_BUNDLED = DATA / "measured_bundled_trainer.json"
+# torchtitan's and NeMo AutoModel's published FSDP2 runs: the bundled engine's calibration (rows it cannot
+# score say why in `left_out`).
+PUBLISHED_FSDP2 = DATA / "published_fsdp2_throughput.json"
 # README "example output" lines are single log lines, some without the GPU named: not measurements of a
 # stated layout.
 UNSCORED_VARIANTS = ("readme_example_output",)
@@ -93,3 +96,21 @@ def find_measurement(key: tuple) -> Optional[Measurement]:
 def measured_models() -> frozenset[str]:
     """Models with at least one measurement (a quick test before building keys)."""
     return frozenset(key[0] for key in _measurements())
+
+
+@lru_cache(maxsize=1)
+def fsdp2_calibration_rows() -> tuple[dict, ...]:
+    """The published FSDP2 rows the bundled engine is calibrated on (those not left out)."""
+    return tuple(row for row in json.loads(PUBLISHED_FSDP2.read_text()) if row.get("left_out") is None)
+
+
+@lru_cache(maxsize=1)
+def bundled_trainer_runs() -> tuple[dict, ...]:
+    """The bundled trainer's own GPU runs (benchmarks/gpu)."""
+    return tuple(json.loads(MEASURED_BUNDLED.read_text()))
+
+
+@lru_cache(maxsize=1)
+def megatron_published_count() -> int:
+    """Published Megatron measurements of a stated layout (the Megatron engine's calibration)."""
+    return sum(1 for key in _measurements() if key[6] == "megatron")

@@ -98,7 +98,8 @@ def throughput_row(report: dict[str, Any]) -> dict[str, Any]:
         "mfu_percent": _round(100 * report["mfu"] if report["mfu"] is not None else None, 2),
         "precision_printed": PRECISION_PRINTED.get(precision, precision), "table_model_name": None,
         "bundled_model": report.get("bundled_model", False), "also_in": [],
-        "engine": "bundled", "recompute": report["recompute"], "grad_reduce_dtype": GRAD_REDUCE_DTYPE,
+        "engine": "bundled", "compile": bool(report["compile"]), "recompute": report["recompute"],
+        "grad_reduce_dtype": GRAD_REDUCE_DTYPE,
     }
 
 

@@ -129,6 +129,27 @@ SELECTIVE_RECOMPUTE_TIME_FACTOR = 1.03
 # Adam step: reads master, moments and grad, writes master, moments and the bf16 weight.
 OPTIMIZER_STEP_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
 
+# The bundled engine on a GPU (PyTorch FSDP2, no Transformer Engine). Fitted with leave-one-setup-out
+# cross-validation on the published FSDP2 runs (torchtitan, NeMo AutoModel) and this trainer's own GPU runs
+# (recipe_index/data/published_fsdp2_throughput.json, measured_bundled_trainer.json;
+# benchmarks/bundled_calibration.py): the share of the dense peak its GEMMs sustain, fp8 being torchao's
+# dynamic tensor-wise float8, whose casts and amax reductions are separate kernels (calibrated).
+# Fitted on all 11 rows: bf16 0.58, fp8 0.38; out of sample (leave one setup out) the median absolute error is
+# 10.8 % (benchmarks/README.md). fp16 runs the bf16 kernels; fp32 (no rows) keeps bf16's share of the peak.
+BUNDLED_MATMUL_EFFICIENCY = {"fp32": 0.58, "bf16": 0.58, "fp16": 0.58, "fp8": 0.38}
+# PyTorch's scaled_dot_product_attention runs FlashAttention-2 on Hopper: about 35 % of the BF16 peak forward
+# and less backward (Shah et al. 2024, FlashAttention-3, figures 5-7: FA2 at 300-370 TFLOPs forward on H100).
+BUNDLED_ATTENTION_EFFICIENCY = 0.35
+# Eager PyTorch writes and reads every element-wise intermediate (norms, SwiGLU, rotary, residuals) that
+# torch.compile fuses: element-wise traffic over the compiled count. Set from torchtitan's paired runs of
+# Llama 3.1 8B with and without compile on one machine (6,667 vs 5,762 and 6,514 vs 5,605 tokens/s/GPU: 1.16x),
+# which no hardware difference moves (benchmarks/bundled_calibration.py --compile-pair).
+BUNDLED_EAGER_ELEMENTWISE_FACTOR = 3.0
+# Hugging Face PEFT LoRA adapters are two small GEMMs beside each frozen linear: per token, the input is
+# read for A, B's output written and added to the base output, and the same again backward: 2 bytes x 4
+# passes per adapter input and output dimension (bf16 activations).
+LORA_ADAPTER_TRAFFIC_BYTES = 8.0
+
 # ---------------------------------------------------------------- communication
 
 # Achieved NCCL bus bandwidth as a fraction of the link's one-way bandwidth (nccl-tests

@@ -40,29 +40,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from recipe_index.cards import HardwareCard
 from service.estimate import constants as C
+from service.estimate.flops import ATTENTION_CAUSAL_FRACTION, gemm_passes, model_flops_per_token
 from service.estimate.memory import ModelShape, adapter_params
+from service.estimate.mfu_ceiling import mfu_ceiling
 from service.facts import Layout
 from service.validate.rules.sizes import stage_split
-
-ATTENTION_CAUSAL_FRACTION = 0.5  # fused causal attention skips the masked half of the score blocks
-
-
-def gemm_passes(peft: bool) -> float:
-    """FLOPs per parameter and token of the weight GEMMs: forward 2, input gradient 2, weight gradient 2.
-    A frozen base (LoRA) computes no weight gradients: 4 (Hu et al. 2021, section 4.2; the adapters'
-    own FLOPs are under 1 % of the base at rank 32)."""
-    return 4.0 if peft else 6.0
-
-
-def model_flops_per_token(shape: ModelShape, seq_length: int, peft: bool = False) -> float:
-    """Training FLOPs per token: 6·N_active (matmul parameters incl. LM head; 4·N under LoRA) + the causal
-    attention term, half of 12·L·h·s: a causal kernel skips the masked half of the score blocks, and counting
-    it would put MFU above what the GPU executes (FlashAttention's benchmark counts causal FLOPs so)."""
-    return (gemm_passes(peft) * shape.gemm_params_per_token
-            + shape.attention_flops_coef * seq_length * ATTENTION_CAUSAL_FRACTION)
 
 
 def pipeline_bubble(pp: int, vp: int, microbatches: int) -> float:
@@ -135,7 +121,7 @@ class StepTimeModel:
     def __init__(self, shape: ModelShape, hardware: HardwareCard, *, world_size: int, seq_length: int,
                  global_batch_size: int, precision: str = "bf16", engine: str = "megatron",
                  grad_reduce_dtype: str = "fp32", peft: bool = False,
-                 explicit_layout: bool = False):
+                 explicit_layout: bool = False, compiled: bool = False, model_id: Optional[str] = None):
         self.shape, self.hw = shape, hardware
         self.explicit_layout = explicit_layout  # Bridge layout strings place its pipelines (stage_split)
         self.peft, self.passes = peft, gemm_passes(peft)
@@ -147,7 +133,19 @@ class StepTimeModel:
         self.peak_attention = min(hardware.bf16_tflops * 1e12, self.peak) if precision == "fp32" \
             else hardware.bf16_tflops * 1e12
         self.hbm = hardware.hbm_tbps * 1e12
-        self.matmul_eff = C.MATMUL_EFFICIENCY.get(precision, C.MATMUL_EFFICIENCY["bf16"])
+        # The bundled trainer on a GPU runs PyTorch's own kernels (cuBLAS GEMMs, torchao float8, SDPA's
+        # FlashAttention-2), eager unless the config compiles it; Megatron runs Transformer Engine's.
+        gpu_bundled = engine == "bundled" and hardware.arch != "cpu"
+        self.calibration = "bundled" if gpu_bundled else "megatron"
+        efficiency = C.BUNDLED_MATMUL_EFFICIENCY if gpu_bundled else C.MATMUL_EFFICIENCY
+        self.matmul_eff = efficiency.get(precision, efficiency["bf16"])
+        self.attention_eff = C.BUNDLED_ATTENTION_EFFICIENCY if gpu_bundled else C.ATTENTION_EFFICIENCY
+        self.elementwise_factor = C.BUNDLED_EAGER_ELEMENTWISE_FACTOR if gpu_bundled and not compiled else 1.0
+        # No bundled estimate promises more than FSDP2 runs of its class reached (service/estimate/mfu_ceiling.py).
+        self.mfu_ceiling = mfu_ceiling(shape, model_id, hardware, precision) if gpu_bundled and model_id else None
+        # Hugging Face PEFT adapters are separate small GEMMs: each moves its input and output through HBM.
+        self.adapter_bytes_per_token = (shape.lora_params_split / C.LORA_DEFAULT_RANK * C.LORA_ADAPTER_TRAFFIC_BYTES
+                                        if peft and gpu_bundled else 0.0)
         # Gradients travel in the reduce dtype (Megatron grad_reduce_in_fp32, FSDP2 reduce_dtype, DDP's
         # bf16 compress hook); Megatron's fp32 parameters keep fp32 gradient buffers whatever it says.
         fp32_buffers = precision == "fp32" and engine == "megatron"
@@ -205,10 +203,11 @@ class StepTimeModel:
             imbalance = _moe_imbalance(s.experts, ep)
             expert_s = self.passes * s.active_expert_params * local_tokens / (self.peak * expert_eff) * imbalance
         attention_s = (s.attention_flops_coef * self.seq * tokens * ATTENTION_CAUSAL_FRACTION / tp
-                       / (self.peak_attention * C.ATTENTION_EFFICIENCY * size_tokens))
+                       / (self.peak_attention * self.attention_eff * size_tokens))
         gathered = self.engine == "bundled"
         act_bytes = s.act_none.per_gpu(tp, sp and tp > 1, gathered) * tokens
-        elementwise_s = act_bytes * C.ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE / self.hbm
+        elementwise_s = (act_bytes * C.ELEMENTWISE_TRAFFIC_PER_ACTIVATION_BYTE * self.elementwise_factor
+                         + tokens * self.adapter_bytes_per_token / tp) / self.hbm
         logits_s = tokens * s.vocab / tp * C.LOGITS_BYTES_UNFUSED * 2 / self.hbm
         gemm_s, other_s = body_dense_s + expert_s, attention_s + elementwise_s
         if recompute == "full":
@@ -325,7 +324,12 @@ class StepTimeModel:
             dp_s = _overlapped(dp_first, C.DP_OVERLAP_FRACTION * t_mb * 2 / 3)
         modelled = m * t_mb + bubble + dp_s + optimizer_s
         unattributed = modelled * (self.moe_step_factor - 1.0)
-        return (modelled + unattributed, m * compute, bubble, m * tp_s, m * cp_s, m * ep_s, m * pp_s, dp_s,
+        held = 0.0
+        if self.mfu_ceiling:  # the time the step takes at the ceiling's MFU, if the terms above promise more
+            floor = self.gbs * self.seq / self.world_size * self.flops_per_token / (self.mfu_ceiling * self.peak)
+            held = max(0.0, floor - modelled)
+            modelled += held
+        return (modelled + unattributed, m * compute + held, bubble, m * tp_s, m * cp_s, m * ep_s, m * pp_s, dp_s,
                 optimizer_s, unattributed)
 
     def step_seconds(self, layout: Layout, sharding: str = "optimizer") -> float:
@@ -399,9 +403,10 @@ def estimate_step_time(shape: ModelShape, hardware: HardwareCard, layout: Layout
                        seq_length: int, global_batch_size: int, precision: str = "bf16",
                        sharding: str = "optimizer", engine: str = "megatron",
                        grad_reduce_dtype: str = "fp32", peft: bool = False,
-                       explicit_layout: bool = False) -> StepTime:
+                       explicit_layout: bool = False, compiled: bool = False) -> StepTime:
     """One-off estimate (the planner keeps a :class:`StepTimeModel` to share work across layouts)."""
     model = StepTimeModel(shape, hardware, world_size=world_size, seq_length=seq_length,
                           global_batch_size=global_batch_size, precision=precision, engine=engine,
-                          grad_reduce_dtype=grad_reduce_dtype, peft=peft, explicit_layout=explicit_layout)
+                          grad_reduce_dtype=grad_reduce_dtype, peft=peft, explicit_layout=explicit_layout,
+                          compiled=compiled)
     return model.estimate(layout, sharding)

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Optional
 
 from recipe_index.layouts import recipes_on
-from recipe_index.measurements import find_measurement, measured_models, measurement_key
+from recipe_index.measurements import (
+    bundled_trainer_runs,
+    find_measurement,
+    fsdp2_calibration_rows,
+    measured_models,
+    measurement_key,
+    megatron_published_count,
+)
 from service.plan.types import Plan, PlannedLayout, PlanRequest
 
 # The bundled trainer's fp8 is torchao's dynamic tensor-wise scaling: current scaling, Bridge's fp8cs.
@@ -23,10 +30,12 @@ def precision_token(request: PlanRequest) -> str:
 
 
 def used_by(request: PlanRequest, row: PlannedLayout) -> list[dict]:
-    """The index recipes of this model on this GPU type whose layout is the row's (at any GPU count: a recipe
-    sized for another count shows where its structure lands here)."""
+    """The index recipes of this model on this GPU type, for this engine, whose layout is the row's (at any GPU
+    count: a recipe sized for another count shows where its structure lands here)."""
+    kinds = ("bundled",) if request.engine == "bundled" else ("library", "benchmark")
     return [{"recipe": entry.name, "kind": entry.kind, "num_gpus": entry.num_gpus}
-            for entry, layout in recipes_on(request.model.id, request.hardware.name) if layout.key == row.key]
+            for entry, layout in recipes_on(request.model.id, request.hardware.name)
+            if layout.key == row.key and entry.kind in kinds]
 
 
 def measured(request: PlanRequest, row: PlannedLayout) -> Optional[dict]:
@@ -52,3 +61,21 @@ def provenance(request: PlanRequest, row: PlannedLayout) -> dict:
 def row_dict(result: Plan, row: PlannedLayout) -> dict:
     """A row as the answers publish it, with the index recipes that run its layout and its measurement."""
     return {**row.to_dict(result.usable_gib), **provenance(result.request, row)}
+
+
+def calibration(request: PlanRequest) -> str:
+    """Where the estimates' efficiencies come from, in words: the runs they were fitted on."""
+    if request.engine == "megatron":
+        return (f"Megatron published runs: the Megatron Bridge and NeMo performance summaries and dgxc-benchmarking "
+                f"({megatron_published_count()} measured layouts)")
+    if request.hardware.arch == "cpu":
+        return "not calibrated for CPUs: the GPU efficiencies on the cpu card's peak (a smoke-test estimate)"
+    own = [run for run in bundled_trainer_runs()
+           if (run["model"], run["hardware"]) == (request.model.id, request.hardware.name)]
+    published = fsdp2_calibration_rows()
+    frameworks = ", ".join(sorted({row["framework"] for row in published}))
+    text = (f"FSDP2 published runs: {frameworks} ({len(published)} rows), and this trainer's own GPU runs "
+            f"({len(bundled_trainer_runs())})")
+    if own:
+        text = f"measured on this trainer ({len(own)} run(s) of {request.model.id} on {request.hardware.name}); " + text
+    return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from service.estimate.memory import gib_text
-from service.plan.provenance import provenance, row_dict
+from service.plan.provenance import calibration, provenance, row_dict
 from service.plan.sizing import MAX_GPUS_TRIED, gpus_that_fit
 from service.plan.types import Plan
 
@@ -50,6 +50,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      (f"the fewest GPUs of that type found to fit it: {counts[0]}" if counts
                       else f"no GPU count up to {MAX_GPUS_TRIED} fits"))
     lines += [f"note: {note}" for note in result.notes]
+    lines.append(f"estimates calibrated on: {calibration(req)}")
     if result.rejections:
         lines += ["", "rejected by the rules:"]
         for code, (finding, count) in sorted(result.rejections.items()):
@@ -76,4 +77,4 @@ def plan_json(result: Plan, top: Optional[int]) -> dict:
     estimates."""
     rows = result.layouts if top is None else result.layouts[:top]
     return {**result.to_dict(top=top), "layouts": [row_dict(result, row) for row in rows],
-            "gpus_that_fit": gpus_that_fit(result), "notes": result.notes}
+            "gpus_that_fit": gpus_that_fit(result), "notes": result.notes, "calibration": calibration(result.request)}

@@ -22,6 +22,7 @@ from service.estimate.memory import (
 from service.estimate.steptime import StepTime, StepTimeModel, calibration_note
 from service.facts import Finding, Layout, split_world, with_fix
 from service.validate.rules.layout import explicit_layouts, needs_unwritten_layout
+from trainer.contract.fast_paths import default_fast_paths
 
 ENGINES = ("megatron", "bundled")
 GOALS = ("pretrain", "sft", "peft")
@@ -89,10 +90,13 @@ class Estimators:
         self.memory = MemoryModel(shape, world_size=req.world_size, seq_length=req.seq_length,
                                   engine=req.engine, peft=req.peft, cpu=cpu, precision=req.precision,
                                   grad_reduce_dtype=req.grad_reduce_dtype, explicit_layout=explicit)
+        # The bundled trainer compiles its blocks on the GPUs it has fast paths for, as recommend's config does
+        # (trainer/contract/fast_paths.py); the estimate follows it.
+        compiled = default_fast_paths(req.hardware.name, req.hardware.arch).get("compile.enabled", False)
         self.time = StepTimeModel(shape, req.hardware, world_size=req.world_size, seq_length=req.seq_length,
                                   global_batch_size=req.global_batch_size, precision=req.precision,
                                   engine=req.engine, grad_reduce_dtype=req.grad_reduce_dtype, peft=req.peft,
-                                  explicit_layout=explicit)
+                                  explicit_layout=explicit, compiled=compiled, model_id=req.model.id)
         self._model_id, self._layers, self._megatron = req.model.id, shape.layers, req.engine == "megatron"
 
     def needs_layout_string(self, structure: Layout) -> bool:

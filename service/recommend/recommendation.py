@@ -29,7 +29,7 @@ from service.configs.changes import Change, diff, json_safe
 from service.estimate import constants as C
 from service.facts import Finding
 from service.plan.planner import make_request, plan
-from service.plan.provenance import row_dict
+from service.plan.provenance import calibration, row_dict
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
 from service.plan.types import Plan, PlanError, PlannedLayout
 from service.recommend.bridge_command import bridge_command, bridge_recipe_name, gaps_note
@@ -84,6 +84,7 @@ class Recommendation:
             "layout": row_dict(self.plan, self.best),
             "layout_source": None if self.layout_source is None else self.layout_source.to_dict(),
             "alternatives": alternatives(self.plan, self.best),
+            "calibration": calibration(self.plan.request),
             "why_first": self.plan.why_first if self.best is self.plan.best else None,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
@@ -142,7 +143,8 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml") -> Re
     base, config = build_config(card, goal, engine, recipe, best, request, advice.overrides, notes, contract,
                                 base=base)
     text = _dump(config, recipe, notes)
-    notes += [source.summary, *result.notes]  # about the layout and the estimates, not the config's header
+    # About the layout and the estimates, not the config's header.
+    notes += [source.summary, *result.notes, f"estimates calibrated on: {calibration(request)}"]
     report = validate_text(text, config_path)
     # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
     # convergence (the Bridge recipe, the FP8 recipe).

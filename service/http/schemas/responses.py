@@ -318,6 +318,13 @@ WHY_FIRST_EXAMPLE = ("first although TP 1 PP 1 CP 2 EP 8 ETP 1 (micro batch 1, r
                      "for sequences over 8,192 tokens (CP 1 vs 2)")
 
 
+CALIBRATION_DESCRIPTION = ("Where the step-time estimates' efficiencies come from: the published runs they were "
+                           "fitted on (Megatron's for --engine megatron; torchtitan's and NeMo AutoModel's FSDP2 runs "
+                           "and this trainer's own GPU runs for --engine bundled), and a measurement of this trainer "
+                           "when one exists for the model and GPU.")
+CALIBRATION_EXAMPLE = ("FSDP2 published runs: automodel, torchtitan (9 rows), and this trainer's own GPU runs (2)")
+
+
 class PlanResponse(_Response):
     """Ranked layouts: those that fit first (fastest first), then the rest by memory."""
 
@@ -348,6 +355,8 @@ class PlanResponse(_Response):
     )
     notes: list[str] = Field(default_factory=list, description="What the estimates carry beyond the model's "
                              "own terms, e.g. the measured MoE step factor.")
+    calibration: Optional[str] = Field(default=None, description=CALIBRATION_DESCRIPTION,
+                                       examples=[CALIBRATION_EXAMPLE])
 
 
 # ---------------------------------------------------------------- recommend
@@ -405,6 +414,8 @@ class RecommendResponse(_Response):
         examples=[["long context (32768 tokens): context parallelism is considered"]],
     )
     layout: LayoutOut = Field(description="The chosen layout with its estimates.")
+    calibration: Optional[str] = Field(default=None, description=CALIBRATION_DESCRIPTION,
+                                       examples=[CALIBRATION_EXAMPLE])
     layout_source: Optional[LayoutSourceOut] = Field(
         default=None, description="Where the layout comes from.",
         examples=[{"case": "library_kept", "recipe": "qwen3_30b_a3b_pretrain_16gpu_h100_bf16",
