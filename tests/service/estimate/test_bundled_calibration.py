@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from recipe_index import find_bundled_model, get_hardware
 from recipe_index.measurements import fsdp2_calibration_rows
 from service.estimate import constants as C
-from service.estimate.mfu_ceiling import mfu_ceiling
 from service.estimate.memory import model_shape
+from service.estimate.mfu_ceiling import mfu_ceiling
 from service.http.app import create_app
 from service.plan.planner import make_request, plan
 from service.recommend.recommendation import recommend
