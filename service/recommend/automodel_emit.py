@@ -10,7 +10,6 @@ length) is the advised config's. The YAML names AutoModel's recipe class and com
 from __future__ import annotations
 
 import shlex
-from typing import Optional
 
 import yaml
 
@@ -38,9 +37,13 @@ def automodel_runs(row: PlannedLayout, model) -> bool:
     return heads_split and kv_split
 
 
-def automodel_layout(plan: Plan, model) -> Optional[PlannedLayout]:
-    """The best-ranked fitting layout AutoModel runs, None when the plan holds none."""
-    return next((row for row in plan.fitting if automodel_runs(row, model)), None)
+# How many of the planner's fitting layouts AutoModel's memory fit is tried on, best first.
+MAX_CANDIDATES = 24
+
+
+def automodel_candidates(plan: Plan, model) -> list[PlannedLayout]:
+    """The best-ranked fitting layouts AutoModel runs (empty when the plan holds none)."""
+    return [row for row in plan.fitting if automodel_runs(row, model)][:MAX_CANDIDATES]
 
 
 def launch_command(config_path: str, gpus_per_node: int, num_nodes: int) -> str:
@@ -69,6 +72,13 @@ def _dataset(goal: str, seq_length: int, vocab_size: int, samples: int) -> dict:
     return {"_target_": _SQUAD, "dataset_name": "rajpurkar/squad", "split": "train", "seq_length": seq_length}
 
 
+def _loss(row: PlannedLayout) -> str:
+    """AutoModel's fused linear cross-entropy (no full logits) unless the LM head is tensor-parallel."""
+    if row.layout.tp > 1:
+        return "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy"
+    return "nemo_automodel.components.loss.linear_ce.FusedLinearCrossEntropy"
+
+
 def _distributed(row: PlannedLayout) -> dict:
     lay = row.layout
     section = {"strategy": "fsdp2", "dp_size": None, "tp_size": lay.tp, "cp_size": lay.cp, "pp_size": lay.pp,
@@ -91,7 +101,7 @@ def automodel_config(config: dict, model, goal: str, row: PlannedLayout, seq_len
         "rng": {"_target_": "nemo_automodel.components.training.rng.StatefulRNG", "seed": 1234, "ranked": True},
         "model": _model_section(model.hf_id or model.id, goal),
         "distributed": _distributed(row),
-        "loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy"},
+        "loss_fn": {"_target_": _loss(row)},
         "dataset": _dataset(goal, seq_length, model.vocab_size, gbs * max_steps),
         "packed_sequence": {"packed_sequence_size": 0},
         "dataloader": {"_target_": _DATALOADER, "collate_fn": {"_target_": _COLLATER}, "shuffle": goal != "pretrain"},
@@ -120,32 +130,34 @@ def automodel_yaml(recipe: dict, command: str, title: str, notes: list[str]) -> 
 
 
 def as_automodel(rec, config_path: str):
-    """The recommendation with its config written as an AutoModel recipe, validated in AutoModel's dialect,
-    and AutoModel's launch command. Raises Impossible when no fitting layout is one AutoModel runs."""
+    """The recommendation with its config written as an AutoModel recipe on the best layout that validates in
+    AutoModel's dialect with no error, and AutoModel's launch command. Raises Impossible when none does."""
     from dataclasses import replace
 
     from service.recommend.recommendation import Impossible
     from service.validate.automodel.dialect import AUTOMODEL
     from service.validate.document import validate_text
 
-    row = automodel_layout(rec.plan, rec.model)
-    if row is None:
-        raise Impossible(f"no fitting layout for {rec.model.id} on {rec.plan.request.world_size} GPUs is one NeMo "
-                         "AutoModel runs (it has no virtual pipeline stages or expert tensor parallelism, and its "
-                         "TP must divide the KV heads); try more GPUs or --emit recipe-advisor")
+    if rec.errors:
+        return rec  # the callers refuse it and print its errors (an override the config cannot take)
     req = rec.plan.request
     command = launch_command(config_path, req.gpus_per_node, req.num_nodes)
     seq_length = get_dotted(rec.config, "dataset.seq_length") or req.seq_length
-    recipe = automodel_config(rec.config, rec.model, rec.goal, row, seq_length)
-    notes = [] if row is rec.best else [
-        f"the planner's first layout ({_layout_text(rec.best)}) uses what AutoModel lacks; this is its best "
-        f"layout AutoModel runs ({_layout_text(row)})"]
-    text = automodel_yaml(recipe, command, f"{rec.model.id} {rec.goal} on {req.world_size} x {req.hardware.name}",
-                          notes)
-    report = validate_text(text, config_path, dialect=AUTOMODEL)
-    commands = {} if any(f.severity == "error" for f in report.findings) else {"automodel": command + "\n"}
-    return replace(rec, best=row, config=recipe, config_yaml=text, findings=report.findings, commands=commands,
-                   notes=rec.notes + notes, emit="automodel")
+    title = f"{rec.model.id} {rec.goal} on {req.world_size} x {req.hardware.name}"
+    for row in automodel_candidates(rec.plan, rec.model):
+        # The planner's memory model is the engine's it plans for; AutoModel's FSDP2 is judged by its own rules.
+        recipe = automodel_config(rec.config, rec.model, rec.goal, row, seq_length)
+        notes = [] if row is rec.best else [
+            f"the planner's first layout ({_layout_text(rec.best)}) is not one AutoModel runs or fits; this is its "
+            f"best layout AutoModel runs ({_layout_text(row)})"]
+        text = automodel_yaml(recipe, command, title, notes)
+        report = validate_text(text, config_path, dialect=AUTOMODEL)
+        if not any(f.severity == "error" for f in report.findings):
+            return replace(rec, best=row, config=recipe, config_yaml=text, findings=report.findings,
+                           commands={"automodel": command + "\n"}, notes=rec.notes + notes, emit="automodel")
+    raise Impossible(f"no fitting layout for {rec.model.id} on {req.world_size} GPUs is one NeMo AutoModel runs "
+                     "(it has no virtual pipeline stages or expert tensor parallelism, and its TP must divide the KV "
+                     "heads) and fits its memory estimate; try more GPUs, or --emit recipe-advisor")
 
 
 def _layout_text(row: PlannedLayout) -> str:

@@ -93,10 +93,10 @@ class Recommendation:
 
 
 def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, overrides: Optional[Sequence[str]] = (),
-              config_path: str = "config.yaml", **fields: Any) -> Recommendation:
+              config_path: str = "config.yaml", emit: str = "recipe-advisor", **fields: Any) -> Recommendation:
     """``recommend_for`` of plain values: ``model`` a card or a name, ``overrides`` the command line's
     ``--a.b v`` arguments, ``fields`` the other fields of AdviceRequest (nodes, goal, seq_length, ...)."""
-    return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path)
+    return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path, emit)
 
 
 def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor"
