@@ -61,7 +61,13 @@ def find_bundled_model(name: str) -> Optional[ModelCard]:
 
 def model_suggestions(name: str, n: int = 5) -> list[str]:
     """Bundled ids closest to ``name`` (difflib over ids and aliases, reported as ids)."""
-    return closest_names(_lookup_key(name), _bundled()[1], lambda card: card.id, n)
+    return list(_suggestions(_lookup_key(name), n))
+
+
+@lru_cache(maxsize=1024)
+def _suggestions(key: str, n: int) -> tuple[str, ...]:
+    # difflib over every bundled key costs ~18 ms: a folder of recipes naming the same unknown model pays it once
+    return tuple(closest_names(key, _bundled()[1], lambda card: card.id, n))
 
 
 def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None) -> ModelCard:
