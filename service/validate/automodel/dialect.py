@@ -60,9 +60,10 @@ def _positive(value: Any) -> Optional[int]:
 def stated_world(text: str, data: dict, gpus: Optional[int] = None, nodes: Optional[int] = None,
                  node_size: int = DEFAULT_GPUS_PER_NODE) -> StatedWorld:
     """The world a recipe is judged at: ``--gpus``/``--nodes`` when given; else the ``--nproc-per-node`` (and
-    ``--nnodes``) its comment header's launch command names, else 8 GPUs on one node. ``--gpus`` alone above
-    one node of ``node_size`` that fills whole nodes is the total, as elsewhere. ``ci.nodes`` (AutoModel's CI,
-    which also overrides batch sizes there) is not read as the world: findings name it in their fix."""
+    ``--nnodes``) its comment header's launch command names, else its ``ci.nproc_per_node`` (the workers AutoModel's
+    CI launches per node), else 8 GPUs, on one node. ``--gpus`` alone above one node of ``node_size`` that fills
+    whole nodes is the total, as elsewhere. ``ci.nodes`` (a multi-node CI run, which may also override the batch
+    sizes there) is not read as the world: findings name it in their fix."""
     comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
     ci = data.get("ci") if isinstance(data.get("ci"), dict) else {}
     ci_nodes = _positive(ci.get("nodes"))
@@ -73,6 +74,8 @@ def stated_world(text: str, data: dict, gpus: Optional[int] = None, nodes: Optio
     header_nproc, header_nodes = _NPROC.search(comments), _NNODES.search(comments)
     if header_nproc and int(header_nproc.group(1)) > 0:
         per_node, source = int(header_nproc.group(1)), "the header's --nproc-per-node"
+    elif _positive(ci.get("nproc_per_node")):
+        per_node, source = ci["nproc_per_node"], "ci.nproc_per_node"
     else:
         per_node, source = DEFAULT_GPUS_PER_NODE, f"{DEFAULT_GPUS_PER_NODE} GPUs, the default"
     if nodes is not None:

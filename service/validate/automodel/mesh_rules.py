@@ -70,7 +70,8 @@ def ep_divides_non_pp(view: RecipeView) -> Optional[Violation]:
     needed = smallest_world(view)
     return Violation(f"ep_size {sizes.ep} does not divide dp·cp·tp = {dp}·{sizes.cp}·{sizes.tp} = {non_pp} at "
                      f"{view.world.size} GPUs; the smallest world this layout needs is {needed}",
-                     f"set distributed.ep_size to one of {options}" if options else _world_fix(view, needed))
+                     (f"set distributed.ep_size to one of {options}, or " if options else "")
+                     + _world_fix(view, needed))
 
 
 @automodel_rule("RA-A006", "error", "distributed.dp_replicate_size",

@@ -82,6 +82,7 @@ def test_world_comes_from_flags_then_the_header_then_eight():
     assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data).size == 2
     assert stated_world("# torchrun --nnodes=2 --nproc-per-node=8 -m app\n", data).size == 16
     assert stated_world("recipe: X\n", data).size == 8  # ci.nodes is a hint, not the world
+    assert stated_world("recipe: X\n", {"ci": {"nproc_per_node": 1, "nodes": 1}}).size == 1
     assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data, gpus=16).size == 16
     assert stated_world("", data, gpus=4, nodes=2).size == 8
 
