@@ -109,7 +109,9 @@ def summary_text(rec: Recommendation) -> str:
     lines += [f"note: {n}" for n in rec.notes]
     lines.append(f"layout: TP {lay.tp} PP {lay.pp} VP {lay.vp or '-'} CP {lay.cp} EP {lay.ep} ETP {lay.etp} "
                  f"DP {row.dp} SP {lay.sp} micro batch {lay.micro_batch_size} x {row.grad_accumulation_steps} "
-                 f"accumulation, recompute {lay.recompute}, sharding {row.sharding} ({row.strategy})")
+                 f"accumulation, recompute {lay.recompute}, "
+                 + ("sharding full (fsdp2, NeMo AutoModel)" if rec.emit == "automodel"
+                    else f"sharding {row.sharding} ({row.strategy})"))
     gib = gib_text  # rounded as the web page rounds the same estimate
     lines.append(f"memory per GPU: {gib(mem.total)} GiB (weights {gib(mem.weights)}, grads {gib(mem.grads)}, optimizer "
                  f"{gib(mem.optimizer)}, activations {gib(mem.activations)}, other {gib(mem.other)}) of "

@@ -150,6 +150,8 @@ def as_automodel(rec, config_path: str):
         notes = [] if row is rec.best else [
             f"the planner's first layout ({_layout_text(rec.best)}) is not one AutoModel runs or fits; this is its "
             f"best layout AutoModel runs ({_layout_text(row)})"]
+        notes.append(f"the memory and step-time estimates are the planner's for the {rec.engine} engine; the "
+                     "recipe's memory fit was checked with AutoModel's FSDP2 sharding (validate's RA-M002)")
         text = automodel_yaml(recipe, command, title, notes)
         report = validate_text(text, config_path, dialect=AUTOMODEL)
         if not any(f.severity == "error" for f in report.findings):

@@ -16,6 +16,8 @@ RECIPES = Path(__file__).parent / "automodel_recipes"
 LLAMA = RECIPES / "llama3_2_1b_squad.yaml"
 MOE = RECIPES / "qwen3_moe_30b_ep8.yaml"
 HEADER = "# To run it:\n#   automodel recipe.yaml --nproc-per-node 8\n"
+# The AutoModel rule codes the tests below make fire (tests/service/validate/test_rules.py checks every code has one).
+COVERED = {f"RA-A{n:03d}" for n in range(1, 13)}
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +123,14 @@ def test_cli_dialect_flag_and_rule_table(capsys):
     assert code == 0 and "0 error(s)" in out
     code, out, _ = run_cli(capsys, "validate", "--list-rules")
     assert "RA-A009" in out and "RA-A004" in out
+
+
+def test_targets_outside_automodels_packages_warn_and_unknown_names_inform():
+    def edit(d):
+        d["optimizer"]["_target_"] = "flashoptim.FlashAdamW"
+        d["loss_fn"]["_target_"] = "nemo_automodel.components.loss.new_ce.NewCrossEntropy"
+
+    findings = validate_text(mutated(LLAMA, edit), "targets.yaml").findings
+    picked = sorted((f.severity, f.key) for f in findings if f.code == "RA-A012")
+    assert picked == [("info", "loss_fn._target_"), ("warning", "optimizer._target_")]
+    assert not [f for f in findings if f.severity == "error"]  # named, never imported
