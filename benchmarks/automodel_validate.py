@@ -76,11 +76,63 @@ def counts(folder: Path, dialect: str) -> tuple[dict, collections.Counter]:
     return out["summary"], by_code
 
 
+def _mutants(data: dict, text: str):
+    """(name, mutated data, --gpus to judge it at, the codes that catch it, the key they must name)."""
+    from service.validate.automodel.dialect import stated_world
+    from service.validate.automodel.facts import model_name, sizes_of, whole
+    from service.validate.automodel.validate import default_resolver
+    from service.validate.resolution import _resolve_model
+
+    sizes, world = sizes_of(data), stated_world(text, data).size
+    scheduler = data.get("step_scheduler") or {}
+    dp, lbs = sizes.dp_at(world), whole(scheduler.get("local_batch_size")) or 1
+    if dp and dp > 1 and whole(scheduler.get("global_batch_size")):
+        bad = {**data, "step_scheduler": {**scheduler, "global_batch_size": lbs * dp + lbs}}
+        yield "gbs", bad, None, {"RA-A009"}, "step_scheduler.global_batch_size"
+    model, _, _ = _resolve_model(model_name(data), default_resolver())
+    if model is None:
+        return
+    dist = data.get("distributed") or {}
+    if not model.architecture.startswith("mla") and model.num_attention_heads % (2 * model.num_key_value_heads) == 0:
+        tp = 2 * model.num_key_value_heads  # divides the heads, not the KV heads
+        gpus = tp * sizes.cp * sizes.pp * sizes.ep
+        yield "tp-kv", {**data, "distributed": {**dist, "tp_size": tp, "dp_size": None}}, gpus, {"RA-A008"}, \
+            "distributed.tp_size"
+    if model.num_experts:
+        ep = next(n for n in (3, 5, 7, 11, 13) if model.num_experts % n)
+        gpus = sizes.tp * sizes.cp * sizes.pp * ep
+        yield "ep-experts", {**data, "distributed": {**dist, "ep_size": ep, "dp_size": None}}, gpus, {"RA-L008"}, \
+            "distributed.ep_size"
+
+
+def mutants(folder: Path) -> None:
+    """Each file broken three ways, validated in process: how many mutants each rule catches with its key."""
+    from service.validate.document import validate_text
+
+    caught, total, missed = collections.Counter(), collections.Counter(), []
+    for path in sorted(folder.rglob("*.yaml")):
+        text = path.read_text()
+        header = "".join(line for line in text.splitlines(keepends=True) if line.lstrip().startswith("#"))
+        data = yaml.safe_load(text)
+        for name, bad, gpus, codes, key in _mutants(data, text):
+            total[name] += 1
+            findings = validate_text(header + yaml.safe_dump(bad, sort_keys=False), str(path), gpus=gpus).findings
+            if any(f.code in codes and f.key == key and f.severity == "error" for f in findings):
+                caught[name] += 1
+            else:
+                missed.append(f"{name} {path.name}")
+    for name in total:
+        print(f"mutant {name:12} caught {caught[name]} of {total[name]} with the key named")
+    for line in missed[:10]:
+        print(f"  missed: {line}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", type=Path, help="a folder of AutoModel recipes (default: a generated stand-in set)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare", action="store_true", help="also count findings read as recipe-advisor configs")
+    parser.add_argument("--mutants", action="store_true", help="also break each file three ways and count the catches")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.dir
@@ -106,6 +158,10 @@ def main() -> None:
             print(f"read as recipe-advisor configs: {before['errors']} error(s), {before['warnings']} warning(s)")
             for code, n in sorted(before_codes.items()):
                 print(f"  {code:20} {n}")
+        if args.mutants:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            sys.path.insert(0, str(REPO))
+            mutants(folder)
 
 
 if __name__ == "__main__":

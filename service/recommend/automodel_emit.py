@@ -131,10 +131,9 @@ def automodel_yaml(recipe: dict, command: str, title: str, notes: list[str]) -> 
 
 def as_automodel(rec, config_path: str):
     """The recommendation with its config written as an AutoModel recipe on the best layout that validates in
-    AutoModel's dialect with no error, and AutoModel's launch command. Raises Impossible when none does."""
+    AutoModel's dialect with no error, and AutoModel's launch command; None when no layout does."""
     from dataclasses import replace
 
-    from service.recommend.recommendation import Impossible
     from service.validate.automodel.dialect import AUTOMODEL
     from service.validate.document import validate_text
 
@@ -157,9 +156,13 @@ def as_automodel(rec, config_path: str):
         if not any(f.severity == "error" for f in report.findings):
             return replace(rec, best=row, config=recipe, config_yaml=text, findings=report.findings,
                            commands={"automodel": command + "\n"}, notes=rec.notes + notes, emit="automodel")
-    raise Impossible(f"no fitting layout for {rec.model.id} on {req.world_size} GPUs is one NeMo AutoModel runs "
-                     "(it has no virtual pipeline stages or expert tensor parallelism, and its TP must divide the KV "
-                     "heads) and fits its memory estimate; try more GPUs, or --emit recipe-advisor")
+    return None  # the caller raises Impossible with no_automodel_layout()
+
+
+def no_automodel_layout(rec) -> str:
+    return (f"no fitting layout for {rec.model.id} on {rec.plan.request.world_size} GPUs is one NeMo AutoModel runs "
+            "(it has no virtual pipeline stages or expert tensor parallelism, and its TP must divide the KV heads) "
+            "and fits its memory estimate; try more GPUs, or --emit recipe-advisor")
 
 
 def _layout_text(row: PlannedLayout) -> str:

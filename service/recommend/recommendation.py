@@ -31,6 +31,7 @@ from service.facts import Finding
 from service.plan.planner import make_request, plan
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
 from service.plan.types import Plan, PlanError, PlannedLayout
+from service.recommend.automodel_emit import as_automodel, no_automodel_layout
 from service.recommend.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.recommend.config_build import build_config
 from service.recommend.contract import recipe_and_request
@@ -160,9 +161,10 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
                              config=config, config_yaml=text, changes=changes, findings=report.findings,
                              commands=commands, notes=notes)
     if emit == "automodel":
-        from service.recommend.automodel_emit import as_automodel
-
-        return as_automodel(advised, config_path)
+        automodel = as_automodel(advised, config_path)
+        if automodel is None:
+            raise Impossible(no_automodel_layout(advised))
+        return automodel
     return advised
 
 

@@ -21,8 +21,8 @@ from service.facts import Facts, Finding, Layout, split_world
 from service.validate.automodel.dialect import AUTO, AUTOMODEL, detect
 from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
+from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
 from service.validate.rules.layout import PIPELINE_SPLIT_KEYS
-from service.validate.rules.registry import Violation
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
 from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head
@@ -119,33 +119,6 @@ def _drop(data, loc: tuple) -> None:
         node.pop(loc[-1])
 
 
-def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
-                   ) -> tuple[Optional[ModelCard], Optional[str], bool]:
-    """The model card, else what went wrong and whether the name resolved to nothing at all
-    (``True``) rather than to a config.json that cannot describe a model (``False``)."""
-    if not name:
-        return None, None, False
-    from recipe_index import resolve_model
-    from recipe_index.errors import UnknownModelError
-
-    try:
-        return (resolver or resolve_model)(name), None, False
-    except UnknownModelError as exc:  # RA-C009 gives its own fix: keep the finding to what went wrong
-        hint = f"; closest bundled ids: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        return None, f"{exc.problem}{hint}", True
-    except (LookupError, ValueError, OSError) as exc:
-        return None, str(exc).rstrip("."), False
-
-
-def _resolve_hardware(name: str) -> tuple[Optional[HardwareCard], Optional[str]]:
-    from recipe_index import get_hardware
-
-    try:
-        return get_hardware(name), None
-    except (LookupError, ValueError) as exc:
-        return None, str(exc)
-
-
 def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: Optional[HardwareCard],
                       gpus_per_node: int, num_nodes: int) -> Facts:
     d = cfg.distributed
@@ -201,16 +174,6 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
         gpn, n = cfg.hardware.gpus_per_node, nodes or cfg.hardware.num_nodes
     view.facts = facts_from_config(cfg, model, hardware, gpn, n)
     return view
-
-
-def _emit(rule, result, doc: Document, deferred_fixes: dict[int, Callable[[], str]]) -> Iterable[Finding]:
-    violations = [result] if isinstance(result, Violation) else list(result or [])
-    for violation in violations:
-        finding, deferred_fix = rule.finding_with_deferred_fix(violation)
-        if deferred_fix is not None:
-            deferred_fixes[id(finding)] = deferred_fix
-        finding.line, finding.column = doc.position(finding.key)
-        yield finding
 
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,

@@ -17,6 +17,7 @@ from service.validate.automodel.dialect import stated_world
 from service.validate.automodel.facts import facts_of, model_name, sizes_of
 from service.validate.automodel.view import RecipeView
 from service.validate.checks import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES
+from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
 from service.validate.view import ConfigView
 
 DEFAULT_GPU_TYPE = "h100"  # AutoModel's examples are sized and measured on H100 nodes
@@ -40,7 +41,6 @@ def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[]
                        resolve_model=None) -> list[Finding]:
     """Every finding on an AutoModel recipe, their fixes that cost a search left in ``deferred``
     (``service.validate.document`` sorts, caps and completes them as for any config)."""
-    from service.validate.document import _emit, _resolve_hardware, _resolve_model
 
     hardware, hardware_error = _resolve_hardware(gpu_type or DEFAULT_GPU_TYPE)
     world = stated_world(text, doc.data, gpus, nodes, hardware.gpus_per_node if hardware else 8)
