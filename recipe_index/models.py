@@ -61,7 +61,13 @@ def find_bundled_model(name: str) -> Optional[ModelCard]:
 
 def model_suggestions(name: str, n: int = 5) -> list[str]:
     """Bundled ids closest to ``name`` (difflib over ids and aliases, reported as ids)."""
-    return closest_names(_lookup_key(name), _bundled()[1], lambda card: card.id, n)
+    return list(_suggestions(_lookup_key(name), n))
+
+
+@lru_cache(maxsize=1024)
+def _suggestions(key: str, n: int) -> tuple[str, ...]:
+    # difflib over every bundled key costs ~18 ms: a folder of recipes naming the same unknown model pays it once
+    return tuple(closest_names(key, _bundled()[1], lambda card: card.id, n))
 
 
 def card_from_config(cfg: Any, id: str, source: str, hf_id: Optional[str] = None) -> ModelCard:
@@ -150,8 +156,8 @@ def hub_offline() -> bool:
 _HUB_RESULTS: dict[tuple[str, bool], Union[ModelCard, str]] = {}
 
 
-def _from_hub(repo_id: str) -> ModelCard:
-    offline = hub_offline()
+def _from_hub(repo_id: str, cache_only: bool = False) -> ModelCard:
+    offline = cache_only or hub_offline()
     cached = _HUB_RESULTS.get((repo_id, offline))
     if cached is None:
         cached = _HUB_RESULTS[(repo_id, offline)] = _download_card(repo_id, offline)
@@ -226,7 +232,12 @@ def resolve_hub_model(repo_id: str) -> ModelCard:
     return _from_hub(repo_id)
 
 
-def resolve_model(name_or_path: str) -> ModelCard:
+def resolve_model_from_cache(name_or_path: str) -> ModelCard:
+    """``resolve_model`` without the network: a Hub repo id only from the Hugging Face cache (CI's default)."""
+    return resolve_model(name_or_path, cache_only=True)
+
+
+def resolve_model(name_or_path: str, cache_only: bool = False) -> ModelCard:
     """Find a model card: bundled id/alias, local config.json (file or folder), then the Hub.
 
     Raises UnknownModelError (with the closest bundled ids) when nothing matches, and
@@ -243,5 +254,5 @@ def resolve_model(name_or_path: str) -> ModelCard:
         folder = local.parent
         return card_from_config(_read_config(local), str(local), source=str(local), hf_id=str(folder))
     if REPO_ID.match(name):
-        return _from_hub(name)
+        return _from_hub(name, cache_only)
     raise UnknownModelError(name, model_suggestions(name), reason="not a bundled id, a local path or a repo id")

@@ -21,6 +21,7 @@ from service.cli.plan import REQUEST_ERRORS, add_request_arguments, report_error
 from service.configs.changes import verdict
 from service.configs.yamlio import OverrideError, YamlError
 from service.estimate.memory import gib_text
+from service.recommend.automodel_emit import EMIT_CHOICES
 from service.recommend.recommendation import Recommendation, recommend_for
 from trainer.contract.atomic_files import write_atomic
 
@@ -91,6 +92,9 @@ def add_parser(subparsers, name: str) -> None:
     p.add_argument("--format", choices=["yaml", "json"], default="yaml",
                    help="yaml: the config (and, with -o, a summary); json: the config, layout, estimates, changes, "
                         "findings and commands (/v1/recommend adds why and other_layouts)")
+    p.add_argument("--emit", choices=list(EMIT_CHOICES), default=EMIT_CHOICES[0],
+                   help="recipe-advisor: this product's config (default); automodel: a NeMo AutoModel recipe YAML "
+                        "and its `automodel FILE --nproc-per-node N` command")
     p.add_argument("-o", "--output", metavar="FILE",
                    help=f"write the config YAML to FILE; - writes it alone to stdout (the summary to stderr; the "
                         f"commands read {DEFAULT_CONFIG}), not with --format json")
@@ -105,7 +109,9 @@ def summary_text(rec: Recommendation) -> str:
     lines += [f"note: {n}" for n in rec.notes]
     lines.append(f"layout: TP {lay.tp} PP {lay.pp} VP {lay.vp or '-'} CP {lay.cp} EP {lay.ep} ETP {lay.etp} "
                  f"DP {row.dp} SP {lay.sp} micro batch {lay.micro_batch_size} x {row.grad_accumulation_steps} "
-                 f"accumulation, recompute {lay.recompute}, sharding {row.sharding} ({row.strategy})")
+                 f"accumulation, recompute {lay.recompute}, "
+                 + ("sharding full (fsdp2, NeMo AutoModel)" if rec.emit == "automodel"
+                    else f"sharding {row.sharding} ({row.strategy})"))
     gib = gib_text  # rounded as the web page rounds the same estimate
     lines.append(f"memory per GPU: {gib(mem.total)} GiB (weights {gib(mem.weights)}, grads {gib(mem.grads)}, optimizer "
                  f"{gib(mem.optimizer)}, activations {gib(mem.activations)}, other {gib(mem.other)}) of "
@@ -140,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = DEFAULT_CONFIG if to_stdout or not args.output else args.output
     try:
         request = request_from_args(args, overrides)
-        rec = recommend_for(request, config_path)
+        rec = recommend_for(request, config_path, emit=args.emit)
     except (*REQUEST_ERRORS, OverrideError) as err:
         return report_error(err)
     except YamlError as err:  # the written YAML is re-read under the file limits: a value beyond them

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from service.configs.yamlio import YamlError, read_stdin
 from service.facts import Finding
+from service.validate.automodel.dialect import AUTO, DIALECTS
 from service.validate.document import (
     BadArgument,
     FileReport,
@@ -35,6 +36,10 @@ def add_parser(subparsers, name: str) -> None:
                                             "whole nodes is the total)")
     p.add_argument("--gpu-type", help="hardware card, e.g. h100 (else hardware.gpu_type)")
     p.add_argument("--nodes", type=int, help="number of nodes")
+    p.add_argument("--dialect", choices=list(DIALECTS), default=AUTO,
+                   help="auto: tell each file's dialect from it (default); recipe-advisor: this product's configs; "
+                        "automodel: NeMo AutoModel recipes (judged at --gpus/--nodes, else the GPUs their header "
+                        "names, else 8)")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=run)
@@ -167,8 +172,9 @@ def run(args) -> int:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
     files, missing, empty = expand_paths(p for p in args.paths if p != STDIN)
-    reports = [validate_stdin(gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes)] if STDIN in args.paths else []
-    reports += [validate_file(path, gpus=args.gpus, gpu_type=args.gpu_type, nodes=args.nodes) for path in files]
+    flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect}
+    reports = [validate_stdin(**flags)] if STDIN in args.paths else []
+    reports += [validate_file(path, **flags) for path in files]
     # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied
     # folder must fail where it can be seen, and a JSON reader still gets a document.
     for path, message, fix in ([(p, "no such file or folder", "check the path") for p in missing]

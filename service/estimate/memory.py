@@ -180,13 +180,14 @@ class MemoryModel:
     def __init__(self, shape: ModelShape, *, world_size: int, seq_length: int, engine: str = "megatron",
                  peft: bool = False, cpu: bool = False, precision: str = "bf16", fused_loss: bool = True,
                  lora_rank: int | None = None, grad_reduce_dtype: str = "fp32",
-                 explicit_layout: bool = False):
+                 explicit_layout: bool = False, peft_base_bytes: float = C.FSDP2_PARAM_BYTES):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         if grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {GRAD_REDUCE_DTYPES}, got {grad_reduce_dtype!r}")
         self.shape, self.world_size, self.seq = shape, world_size, seq_length
         self.engine, self.peft = engine, peft
+        self.peft_base_bytes = peft_base_bytes  # the FSDP2 engine's frozen base: its storage dtype (AutoModel: bf16)
         self.explicit_layout = explicit_layout  # Bridge layout strings place its pipelines (stage_split)
         # The bundled trainer's default loss (loss_fn.chunked: auto) is the fused linear + cross-entropy
         # whenever the LM head is not tensor-parallel; fused_loss=False models the plain loss (torchtitan).
@@ -246,7 +247,7 @@ class MemoryModel:
             if self.peft and self.engine == "bundled":
                 # Frozen base kept in the model's storage dtype (model.dtype, fp32 by default), fp32
                 # adapters as the sharded masters, fp32 grads and two Adam moments (trainer/components/peft.py).
-                weights = (dense / w_d + expert / w_e + adapters / w_d) * C.FSDP2_PARAM_BYTES
+                weights = (dense / w_d + expert / w_e) * self.peft_base_bytes + adapters / w_d * C.FSDP2_PARAM_BYTES
                 return Stage(role, fraction, weights + weight_block, adapters / g_d * C.FSDP2_GRAD_BYTES,
                              adapters / o_d * C.FSDP2_ADAM_MOMENT_BYTES)
             if self.peft:  # frozen bf16 base; only the adapters carry training state

@@ -56,6 +56,8 @@ templates = Jinja2Templates(env=_env)
 
 GOALS = [("pretrain", "Pretrain"), ("sft", "Supervised fine-tuning (SFT)"), ("peft", "LoRA fine-tuning (PEFT)")]
 ENGINES = [("megatron", "Megatron Bridge"), ("bundled", "Bundled trainer (torchrun)")]
+# The config's format: blank is this product's (kept out of the page's links), automodel a NeMo AutoModel recipe.
+EMITS = [("", "Recipe Advisor config"), ("automodel", "NeMo AutoModel recipe")]
 PRECISIONS = ["bf16", "fp8", *FP8_RECIPES, "nvfp4", "fp16", "fp32"]  # the common first; a test keeps it complete
 GRAD_REDUCE_DTYPES = list(get_args(m.GRAD_REDUCE_DTYPE))
 
@@ -192,6 +194,7 @@ def form_defaults(query: Any) -> dict:
         "engine": str(query.get("engine", "megatron") or "megatron"),
         "precision": str(query.get("precision", "") or ""),
         "grad_reduce_dtype": str(query.get("grad_reduce_dtype", "") or ""),  # blank: the recipe's
+        "emit": str(query.get("emit", "") or ""),  # blank: this product's config format
     }
 
 
@@ -203,6 +206,7 @@ def _form_context(form: dict) -> dict:
         "hardware": index.list_hardware(),
         "goals": GOALS,
         "engines": ENGINES,
+        "emits": EMITS,
         "precisions": PRECISIONS,
         "grad_reduce_dtypes": GRAD_REDUCE_DTYPES,
         "limits": {"gpus": m.MAX_GPUS, "nodes": m.MAX_NODES, "seq_length": m.MAX_SEQ_LENGTH,
@@ -218,7 +222,7 @@ def index_page(request: Request) -> HTMLResponse:
 # ------------------------------------------------------------------ recommend result
 
 FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engine", "precision",
-               "grad_reduce_dtype")
+               "grad_reduce_dtype", "emit")
 
 
 def _query_problems(query: Any) -> list[Problem]:

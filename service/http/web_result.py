@@ -28,6 +28,7 @@ COMMAND_TITLES = {
     "torchrun_multinode": "Multi-node (torchrun on every node)",
     "sbatch": "Slurm (sbatch)",
     "megatron_bridge": "Megatron Bridge (run_recipe.py)",
+    "automodel": "NeMo AutoModel (automodel CLI)",
 }
 
 

@@ -32,6 +32,7 @@ from service.plan.planner import make_request, plan
 from service.plan.provenance import calibration, row_dict
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
 from service.plan.types import Plan, PlanError, PlannedLayout
+from service.recommend.automodel_emit import as_automodel, no_automodel_layout
 from service.recommend.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.recommend.config_build import build_config
 from service.recommend.contract import recipe_and_request
@@ -65,6 +66,7 @@ class Recommendation:
     commands: dict[str, str]
     notes: list[str] = field(default_factory=list)
     layout_source: Optional[LayoutSource] = None
+    emit: str = "recipe-advisor"  # or "automodel": config_yaml is a NeMo AutoModel recipe
 
     @property
     def errors(self) -> int:
@@ -72,7 +74,7 @@ class Recommendation:
 
     def to_dict(self) -> dict:
         req, hw = self.plan.request, self.plan.request.hardware
-        return {
+        answer = {
             "model": self.model.id,
             "hardware": {"gpu_type": hw.name, "gpus_per_node": req.gpus_per_node, "num_nodes": req.num_nodes,
                          "world_size": req.world_size, "memory_gib": hw.memory_gib},
@@ -92,21 +94,26 @@ class Recommendation:
             "findings": [f.to_dict() for f in self.findings],
             "commands": self.commands,
         }
+        if self.emit != "recipe-advisor":  # the default answer keeps its keys
+            answer["emit"] = self.emit
+        return answer
 
 
 def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, overrides: Optional[Sequence[str]] = (),
-              config_path: str = "config.yaml", **fields: Any) -> Recommendation:
+              config_path: str = "config.yaml", emit: str = "recipe-advisor", **fields: Any) -> Recommendation:
     """``recommend_for`` of plain values: ``model`` a card or a name, ``overrides`` the command line's
     ``--a.b v`` arguments, ``fields`` the other fields of AdviceRequest (nodes, goal, seq_length, ...)."""
-    return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path)
+    return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path, emit)
 
 
-def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml") -> Recommendation:
+def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor"
+                  ) -> Recommendation:
     """The recipe decision tree end to end (see module docstring), for the request both doors build.
     Raises UnknownHardwareError for an unknown GPU type, OverrideError for unusable overrides, PlanError for
     unusable values and Impossible when no layout on the given GPUs serves the request. Overrides of keys
     a request field sets (the sequence length, global batch, precision, GPU type, model) are that field
-    (service.recommend.request_overrides). ``config_path``: the file the launch commands read."""
+    (service.recommend.request_overrides). ``config_path``: the file the launch commands read. ``emit``:
+    ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit)."""
     card, gpus, nodes, goal, engine = advice.model, advice.gpus, advice.nodes, advice.goal, advice.engine
     given = request_fields(advice.overrides, {"gpu_type": advice.gpu_type, "seq_length": advice.seq_length,
                                               "precision": advice.precision,
@@ -158,9 +165,15 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml") -> Re
         if gaps:
             notes.append(gaps_note(bridge_recipe, gaps))
         commands = render_commands(config_path, config, base, request, engine, recipe, tuple(gaps), bridge_args)
-    return Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
-                          config=config, config_yaml=text, changes=changes, findings=report.findings,
-                          commands=commands, notes=notes, layout_source=source)
+    advised = Recommendation(model=card, goal=goal, engine=engine, recipe=recipe, plan=result, best=best,
+                             config=config, config_yaml=text, changes=changes, findings=report.findings,
+                             commands=commands, notes=notes, layout_source=source)
+    if emit == "automodel":
+        automodel = as_automodel(advised, config_path)
+        if automodel is None:
+            raise Impossible(no_automodel_layout(advised))
+        return automodel
+    return advised
 
 
 # Request fields (CLI --flag / API field) a rule's key stands for, and the config spellings of their fixes.

@@ -7,10 +7,11 @@ happened to import one rule module first.
 from __future__ import annotations
 
 from service.facts import Facts, Finding
+from service.validate.automodel import mesh_rules, recipe_rules  # noqa: F401  (they register too)
 from service.validate.rules import config_rules, data_rules, engine, layout, memory_fit, packing, precision, targets  # noqa: F401  (they register)
-from service.validate.rules.registry import CONFIG_RULES, LAYOUT_RULES, Rule
+from service.validate.rules.registry import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES, Rule
 
-__all__ = ["CONFIG_RULES", "LAYOUT_RULES", "all_rules", "check_layout"]
+__all__ = ["AUTOMODEL_RULES", "CONFIG_RULES", "LAYOUT_RULES", "all_rules", "check_layout"]
 
 
 def check_layout(facts: Facts) -> list[Finding]:
@@ -24,4 +25,4 @@ def check_layout(facts: Facts) -> list[Finding]:
 
 
 def all_rules() -> list[Rule]:
-    return sorted(LAYOUT_RULES + CONFIG_RULES, key=lambda r: r.code)
+    return sorted(LAYOUT_RULES + CONFIG_RULES + AUTOMODEL_RULES, key=lambda r: r.code)

@@ -18,9 +18,11 @@ from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.known_issues import KNOWN_ISSUES
 from service.configs.yamlio import Document, YamlError, load_yaml, read_file
 from service.facts import Facts, Finding, Layout, split_world
+from service.validate.automodel.dialect import AUTO, AUTOMODEL, detect
+from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
+from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
 from service.validate.rules.layout import PIPELINE_SPLIT_KEYS
-from service.validate.rules.registry import Violation
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
 from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head
@@ -117,33 +119,6 @@ def _drop(data, loc: tuple) -> None:
         node.pop(loc[-1])
 
 
-def _resolve_model(name: Optional[str], resolver: Optional[ModelResolver] = None
-                   ) -> tuple[Optional[ModelCard], Optional[str], bool]:
-    """The model card, else what went wrong and whether the name resolved to nothing at all
-    (``True``) rather than to a config.json that cannot describe a model (``False``)."""
-    if not name:
-        return None, None, False
-    from recipe_index import resolve_model
-    from recipe_index.errors import UnknownModelError
-
-    try:
-        return (resolver or resolve_model)(name), None, False
-    except UnknownModelError as exc:  # RA-C009 gives its own fix: keep the finding to what went wrong
-        hint = f"; closest bundled ids: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        return None, f"{exc.problem}{hint}", True
-    except (LookupError, ValueError, OSError) as exc:
-        return None, str(exc).rstrip("."), False
-
-
-def _resolve_hardware(name: str) -> tuple[Optional[HardwareCard], Optional[str]]:
-    from recipe_index import get_hardware
-
-    try:
-        return get_hardware(name), None
-    except (LookupError, ValueError) as exc:
-        return None, str(exc)
-
-
 def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: Optional[HardwareCard],
                       gpus_per_node: int, num_nodes: int) -> Facts:
     d = cfg.distributed
@@ -201,30 +176,27 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
     return view
 
 
-def _emit(rule, result, doc: Document, deferred_fixes: dict[int, Callable[[], str]]) -> Iterable[Finding]:
-    violations = [result] if isinstance(result, Violation) else list(result or [])
-    for violation in violations:
-        finding, deferred_fix = rule.finding_with_deferred_fix(violation)
-        if deferred_fix is not None:
-            deferred_fixes[id(finding)] = deferred_fix
-        finding.line, finding.column = doc.position(finding.key)
-        yield finding
-
-
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
-                      nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> list[Finding]:
-    view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
+                      nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
+                      dialect: Optional[str] = None, text: str = "") -> list[Finding]:
+    """Every finding on one config. ``dialect``: ``recipe-advisor``, ``automodel`` (NeMo AutoModel's recipes,
+    service/validate/automodel), or None/``auto`` to tell from the file; ``text``: the file's text, whose
+    comment header an AutoModel recipe states its GPU count in."""
     findings: list[Finding] = []
     deferred_fixes: dict[int, Callable[[], str]] = {}
-    for rule in CONFIG_RULES:
-        findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
-    if view.facts is not None:
-        for rule in LAYOUT_RULES:
-            findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
+    if (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
+        findings = automodel_findings(doc, text, deferred_fixes, gpus, gpu_type, nodes, resolve_model)
+    else:
+        view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
+        for rule in CONFIG_RULES:
+            findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
+        if view.facts is not None:
+            for rule in LAYOUT_RULES:
+                findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
+        _mark_known_issues(findings, view)
     if any(f.code == "RA-M001" for f in findings):
         # weights alone do not fit: the whole-memory estimate would only repeat it
         findings = [f for f in findings if f.code != "RA-M002"]
-    _mark_known_issues(findings, view)
     findings.sort(key=lambda f: (f.line or 0, SEVERITY_ORDER[f.severity], f.code))
     listed = _capped(findings)
     for finding in listed:  # only the listed findings pay for their fix's search
@@ -277,14 +249,15 @@ def unusable_finding(err: YamlError) -> Finding:
 
 
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
-                  nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> FileReport:
+                  nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
+                  dialect: Optional[str] = None) -> FileReport:
     """Validate one document. Raises YamlError when it is not a usable config at all.
 
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
     the HTTP service passes one that never reads local paths or the network for a client.
     """
     doc = load_yaml(text, path)
-    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model))
+    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:

@@ -186,10 +186,11 @@ def recommendation_response(rec: Recommendation, top: int) -> m.RecommendRespons
     return m.RecommendResponse.model_validate({**data, "why": why_chosen(rec), "other_layouts": others})
 
 
-def run_recommend(request: AdviceRequest, config_path: str = "config.yaml") -> Recommendation:
+def run_recommend(request: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor"
+                  ) -> Recommendation:
     """The recommendation, or the 400 of overrides that cannot make a config or of a config with errors."""
     try:
-        rec = recommend_for(request, config_path)
+        rec = recommend_for(request, config_path, emit)
     except OverrideError as err:
         raise _override_error(err) from None
     except YamlError as err:  # the written YAML is re-read under the file limits (e.g. an override nested too deep)
@@ -224,7 +225,7 @@ async def recommend_answer(body: m.RecommendBody, request: AdviceRequest, config
     key = request_key(body, request)
 
     def compute() -> bytes:
-        return encode(recommendation_response(run_recommend(request, config_path), request.top))
+        return encode(recommendation_response(run_recommend(request, config_path, body.emit), request.top))
 
     return await answer_for(("recommend", key, config_path), compute)
 

@@ -60,6 +60,7 @@ async def validate(
     gpu_type: Annotated[Optional[str],
                         Query(min_length=1, max_length=m.MAX_NAME, description="GPU type (raw YAML body).")] = None,
     nodes: Annotated[Optional[int], Query(ge=1, le=m.MAX_NODES, description="Nodes (raw YAML body).")] = None,
+    dialect: Annotated[m.DIALECT, Query(description="auto, recipe-advisor or automodel (raw YAML body).")] = "auto",
 ) -> m.ValidateResponse:
     body = await request.body()
     media_type = _media_type(request)
@@ -76,6 +77,7 @@ async def validate(
                 raise client_error(400, f"{name} is {in_body!r} in the JSON body and {in_query!r} in the query: "
                                         "give it once (a JSON body carries it as a field)", name)
         text, gpus, gpu_type, nodes = req.yaml, req.gpus or gpus, req.gpu_type or gpu_type, req.nodes or nodes
+        dialect = req.dialect if req.dialect != "auto" else dialect
     elif media_type in YAML_MEDIA_TYPES or not media_type:
         with unusable_yaml_is_400():
             text = decode(body, "<request>", max_bytes=1 << 20)
@@ -90,7 +92,8 @@ async def validate(
     if gpu_type is not None:
         lookup_hardware(gpu_type)  # unknown -> 404 with the known names, as the CLI's exit 2
     with unusable_yaml_is_400():
-        report = await run_in_threadpool(validate_text, text, "<request>", gpus, gpu_type, nodes, lookup_model)
+        report = await run_in_threadpool(validate_text, text, "<request>", gpus, gpu_type, nodes, lookup_model,
+                                         dialect)
     return m.ValidateResponse(
         files=[m.FileFindings(path=report.path, findings=[f.to_dict() for f in report.findings])],
         summary=m.ValidateSummary(files=1, errors=report.errors, warnings=report.warnings),

@@ -8,6 +8,8 @@ reference. The bodies live in ``service.http.schemas.requests`` (what a client s
 """
 
 from service.http.schemas.requests import (
+    DIALECT,
+    EMIT,
     ENGINE,
     GOAL,
     GRAD_REDUCE_DTYPE,
@@ -48,6 +50,8 @@ from service.http.schemas.responses import (
 from service.request import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_NAME, MAX_NODES, MAX_SEQ_LENGTH, MAX_TOP
 
 __all__ = [
+    "DIALECT",
+    "EMIT",
     "ENGINE",
     "GOAL",
     "GRAD_REDUCE_DTYPE",

@@ -26,6 +26,8 @@ ENGINE = Literal["bundled", "megatron"]
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "fp8cs", "fp8ds", "fp8mx", "fp8sc"]
 GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
+DIALECT = Literal["auto", "recipe-advisor", "automodel"]  # service.validate.automodel.dialect.DIALECTS
+EMIT = Literal["recipe-advisor", "automodel"]  # service.recommend.automodel_emit.EMIT_CHOICES
 
 
 class _Request(BaseModel):
@@ -82,6 +84,13 @@ class ValidateRequest(_Request):
         le=MAX_NODES,
         description="Number of nodes (overrides `hardware.num_nodes`).",
         examples=[1],
+    )
+    dialect: DIALECT = Field(
+        default="auto",
+        description=("`auto` tells the config's dialect from it; `recipe-advisor`: this product's config format; "
+                     "`automodel`: a NeMo AutoModel recipe, judged at `gpus`/`nodes`, else the GPUs its header's "
+                     "launch command names, else 8 (docs/automodel.md)."),
+        examples=["auto"],
     )
 
 
@@ -178,6 +187,12 @@ class RecommendBody(PlanBody):
             "client keeps a JSON object's key order, which would decide which one wins."
         ),
         examples=[{"optimizer.lr": 0.0001, "step_scheduler.max_steps": 1000}],
+    )
+    emit: EMIT = Field(
+        default="recipe-advisor",
+        description=("`automodel` writes `config_yaml` as a NeMo AutoModel recipe (validated in its dialect) and "
+                     "`commands.automodel` as the command that runs it (docs/automodel.md)."),
+        examples=["recipe-advisor"],
     )
 
 

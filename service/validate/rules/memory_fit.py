@@ -117,7 +117,8 @@ def memory_fits(f: Facts) -> Optional[Violation]:
                         peft=f.peft, cpu=f.hardware.arch == "cpu", precision=f.precision,
                         fused_loss=f.extra.get("fused_loss", True),
                         grad_reduce_dtype=f.extra.get("grad_reduce_dtype", "fp32"),
-                        explicit_layout=f.extra.get("pipeline_layout") is not None)
+                        explicit_layout=f.extra.get("pipeline_layout") is not None,
+                        peft_base_bytes=f.extra.get("peft_base_bytes", C.FSDP2_PARAM_BYTES))
     estimate = model.estimate(f.layout, sharding, accumulation)
     capacity = f.hardware.memory_gib
     if not f.seq_length:

@@ -54,11 +54,12 @@ class Rule:
 
 LAYOUT_RULES: list[Rule] = []
 CONFIG_RULES: list[Rule] = []
+AUTOMODEL_RULES: list[Rule] = []  # over an AutoModel recipe (service/validate/automodel)
 
 
 def _register(table: list[Rule], code: str, severity: str, key: str, title: str, source: str):
     def decorate(func: Callable) -> Callable:
-        if any(rule.code == code for rule in LAYOUT_RULES + CONFIG_RULES):
+        if any(rule.code == code for rule in LAYOUT_RULES + CONFIG_RULES + AUTOMODEL_RULES):
             raise ValueError(f"rule code {code} registered twice")
         table.append(Rule(code, severity, key, title, source, func))
         return func
@@ -74,3 +75,8 @@ def layout_rule(code: str, severity: str, key: str, title: str, source: str):
 def config_rule(code: str, severity: str, key: str, title: str, source: str):
     """A rule over a whole parsed config (``ConfigView``): validate only."""
     return _register(CONFIG_RULES, code, severity, key, title, source)
+
+
+def automodel_rule(code: str, severity: str, key: str, title: str, source: str):
+    """A rule over an AutoModel recipe (``service.validate.automodel.view.RecipeView``): validate only."""
+    return _register(AUTOMODEL_RULES, code, severity, key, title, source)

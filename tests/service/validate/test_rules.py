@@ -12,6 +12,7 @@ import yaml
 
 from service.validate.checks import all_rules
 from service.validate.document import validate_text
+from tests.service.validate.test_automodel_dialect import COVERED as AUTOMODEL_COVERED
 from trainer.contract.dotted import set_dotted
 
 # ~1.5B parameters: small enough that every layout here fits an 80 GB GPU (RA-M002 stays quiet)
@@ -165,6 +166,7 @@ ALSO_FIRES = {"RA-L001": ("RA-L003",)}
 def test_every_registered_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"RA-C003", "RA-C014"}  # raw YAML / the --gpus flag: tests below
     covered |= {"RA-L019"}  # needs a bundled model with a layout table: tests/service/validate/test_pipeline_split.py
+    covered |= AUTOMODEL_COVERED  # AutoModel recipes: tests/service/validate/test_automodel_dialect.py
     registered = {r.code for r in all_rules()}
     assert registered == covered, registered ^ covered
 
