@@ -74,8 +74,22 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor, 
     return torch.cat(outputs)
 
 
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by `scale`."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
 class GroupedExperts(nn.Module):
-    """E SwiGLU experts stored as stacked weights; under expert parallel each rank holds a slice."""
+    """E SwiGLU experts stored as stacked weights; under expert parallel each rank holds a slice.
+    `grad_scale` multiplies the weights' gradients (expert parallel: see expert_parallel.shard_experts)."""
 
     def __init__(self, hidden_size: int, moe: MoEConfig, kernels: str = "torch"):
         super().__init__()
@@ -84,6 +98,11 @@ class GroupedExperts(nn.Module):
         self.up_proj = nn.Parameter(torch.empty(e, i, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(e, hidden_size, i))
         self.kernels = kernels
+        self.grad_scale = 1.0
+
+    def _weight(self, param: torch.Tensor) -> torch.Tensor:
+        weight = local_tensor(param)
+        return weight if self.grad_scale == 1.0 else ScaleGrad.apply(weight, self.grad_scale)
 
     @property
     def num_local_experts(self) -> int:
@@ -92,9 +111,9 @@ class GroupedExperts(nn.Module):
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """`x` [M, H] sorted by local expert, `counts` [local experts] rows each -> [M, H]."""
         counts_list = counts.tolist()
-        gate = grouped_matmul(x, local_tensor(self.gate_proj), counts, counts_list)
-        up = grouped_matmul(x, local_tensor(self.up_proj), counts, counts_list)
-        return grouped_matmul(silu_mul(gate, up, self.kernels), local_tensor(self.down_proj), counts, counts_list)
+        gate = grouped_matmul(x, self._weight(self.gate_proj), counts, counts_list)
+        up = grouped_matmul(x, self._weight(self.up_proj), counts, counts_list)
+        return grouped_matmul(silu_mul(gate, up, self.kernels), self._weight(self.down_proj), counts, counts_list)
 
 
 class LocalDispatcher:
