@@ -10,58 +10,17 @@ gradients are sums over ``dp`` ranks like the others', but FSDP2 averages them o
 are scaled by 1/ep in backward (torchtitan sets FSDP2's gradient divide factor instead, a PREMUL_SUM
 reduction that gloo lacks).
 
-Expert tensor parallel (``etp_size`` > 1) is refused (`check_expert_parallel`); so are tensor parallel
+Expert tensor parallel (``etp_size`` > 1) is refused (trainer/contract/expert_checks.py); so are tensor parallel
 with an MoE model, EP with DDP, and EP with selective activation checkpointing.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from trainer.models.moe import MoE, moe_layers
-
-
-class ExpertParallelError(ValueError):
-    """An expert-parallel layout this model or trainer cannot run; the message names the setting."""
-
-
-def check_expert_parallel(config, *, ep_size: int, etp_size: int, tp_size: int, strategy: str,
-                          world_size: int, activation_checkpointing: str = "none") -> None:
-    """Refuse what expert parallel cannot run, naming the key (before anything is allocated)."""
-    moe = getattr(config, "moe", None)
-    if etp_size > 1:
-        raise ExpertParallelError(f"distributed.etp_size: {etp_size}: the bundled trainer keeps each expert whole "
-                                  "on one rank (no expert tensor parallel); set etp_size: 1")
-    if moe is None:
-        if ep_size > 1:
-            raise ExpertParallelError(f"distributed.ep_size: {ep_size} but the model is dense (no experts); "
-                                      "set ep_size: 1")
-        return
-    if tp_size > 1:
-        raise ExpertParallelError(f"distributed.tp_size: {tp_size}: tensor parallel does not split the MoE layers of "
-                                  "the bundled trainer; set tp_size: 1 and shard the experts with ep_size")
-    if ep_size == 1:
-        return
-    if strategy != "fsdp2":
-        raise ExpertParallelError(f"distributed.ep_size: {ep_size} needs strategy fsdp2 (experts shard over an "
-                                  f"(edp, ep) mesh); strategy {strategy} replicates every parameter: set "
-                                  "distributed.strategy: fsdp2 or ep_size: 1")
-    if moe.num_experts % ep_size:
-        options = [d for d in range(1, moe.num_experts + 1) if moe.num_experts % d == 0 and world_size % d == 0]
-        raise ExpertParallelError(f"distributed.ep_size: {ep_size} does not divide the model's {moe.num_experts} "
-                                  f"experts; use ep_size in {options}")
-    if world_size % ep_size:
-        raise ExpertParallelError(f"distributed.ep_size: {ep_size} does not divide the world size {world_size}; "
-                                  "EP is carved out of data parallel")
-    if activation_checkpointing == "selective":
-        # The experts' own FSDP2 unit runs inside the checkpointed block, and its hooks run other ops in
-        # the recompute than in the forward, which op-level selective checkpointing cannot match.
-        raise ExpertParallelError("distributed.activation_checkpointing: selective does not run with expert "
-                                  "parallel; use full or none (or ep_size: 1)")
 
 
 def all_to_all(x: torch.Tensor, output_splits: list[int], input_splits: list[int], group) -> torch.Tensor:
@@ -128,15 +87,4 @@ def configure_aux_loss(model: nn.Module, dp_group, dp_size: int, micro_batches: 
         layer.aux_grad_scale = dp_size / micro_batches
 
 
-def expert_mesh_shape(world_size: int, tp_size: int, ep_size: int) -> Optional[tuple[int, int, int]]:
-    """(edp, ep, tp) for an expert-parallel run, None without EP."""
-    if ep_size <= 1:
-        return None
-    if world_size % (tp_size * ep_size):
-        raise ExpertParallelError(f"distributed.ep_size: {ep_size} x tp_size {tp_size} does not divide the world "
-                                  f"size {world_size}")
-    return world_size // (tp_size * ep_size), ep_size, tp_size
-
-
-__all__ = ["MoE", "AllToAllDispatcher", "ExpertParallelError", "apply_expert_parallel", "check_expert_parallel",
-           "configure_aux_loss", "expert_mesh_shape", "shard_experts"]
+__all__ = ["MoE", "AllToAllDispatcher", "apply_expert_parallel", "configure_aux_loss", "shard_experts"]

@@ -56,11 +56,12 @@ def build_mesh(world_size: int, tp_size: int, device_type: str, ep_size: int = 1
         raise ParallelConfigError(f"world size {world_size} needs torch.distributed to be initialised first")
     if dist.get_world_size() != world_size:
         raise ParallelConfigError(f"world_size {world_size} differs from the process group's {dist.get_world_size()}")
-    from trainer.distributed.expert_parallel import expert_mesh_shape
-
-    expert_shape = expert_mesh_shape(world_size, tp_size, ep_size)
-    if expert_shape is not None:
-        mesh = init_device_mesh(device_type, expert_shape, mesh_dim_names=("edp", "ep", "tp"))
+    if ep_size > 1:
+        if world_size % (tp_size * ep_size):
+            raise ParallelConfigError(f"distributed.ep_size ({ep_size}) x tp_size ({tp_size}) must divide the number "
+                                      f"of processes ({world_size})")
+        shape = (world_size // (tp_size * ep_size), ep_size, tp_size)
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=("edp", "ep", "tp"))
         mesh[("edp", "ep")]._flatten("dp")
         return mesh
     return init_device_mesh(device_type, (world_size // tp_size, tp_size), mesh_dim_names=("dp", "tp"))

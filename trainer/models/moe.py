@@ -206,10 +206,11 @@ def moe_layers(model: nn.Module) -> list[MoE]:
     return [m for m in model.modules() if isinstance(m, MoE)]
 
 
-def collect_router_stats(model: nn.Module, group=None) -> Optional[dict[str, float]]:
-    """{moe_aux_loss, expert_load_min, expert_load_max} since the last call, then reset; None for a
-    dense model. aux loss: mean over MoE layers of the (per micro-batch mean) loss, without its
-    coefficient; expert load: tokens routed to the least and most loaded expert of any layer, per step.
+def collect_router_stats(model: nn.Module, group=None, steps: int = 1) -> Optional[dict[str, float]]:
+    """{moe_aux_loss, expert_load_min, expert_load_max} over the `steps` optimizer steps since the last
+    call, then reset; None for a dense model. aux loss: mean over MoE layers and micro-batches of the
+    loss, without its coefficient; expert load: (token, slot) pairs routed to the least and the most
+    loaded expert of any layer in one step (mean over the steps), over the whole DP batch.
     Collective over `group` (the DP group) when the model has MoE layers."""
     layers = moe_layers(model)
     if not layers or layers[0].stats.tokens_per_expert is None:
@@ -217,7 +218,7 @@ def collect_router_stats(model: nn.Module, group=None) -> Optional[dict[str, flo
     aux = torch.stack([torch.as_tensor(m.stats.aux_loss).float() / max(m.stats.micro_batches, 1) for m in layers])
     if group is not None and dist.is_initialized():
         dist.all_reduce(aux, group=group)  # the shares of the DP ranks
-    loads = torch.stack([m.stats.tokens_per_expert for m in layers])
+    loads = torch.stack([m.stats.tokens_per_expert for m in layers]) / max(steps, 1)
     for m in layers:
         m.stats.reset()
     return {"moe_aux_loss": float(aux.mean()), "expert_load_min": float(loads.min()),
