@@ -20,20 +20,12 @@ def check_expert_layout(*, num_experts: Optional[int], ep_size: int, etp_size: i
                         strategy: str, world_size: int, activation_checkpointing: str = "none") -> None:
     """What expert parallel cannot run. `num_experts`: the model's (0 for a dense model, None: not known
     before the model is built)."""
-    if ep_size > 1 and etp_size > 1:
-        raise ConfigError(f"distributed.etp_size: {etp_size}: the bundled trainer keeps each expert whole on one "
-                          "rank (no expert tensor parallel); set etp_size: 1")
-    if num_experts and tp_size > 1:
-        raise ConfigError(f"distributed.tp_size: {tp_size}: tensor parallel does not split the MoE layers of the "
-                          "bundled trainer; set tp_size: 1 and shard the experts with ep_size")
+    check_expert_combinations(moe=bool(num_experts), ep_size=ep_size, etp_size=etp_size, tp_size=tp_size,
+                              strategy=strategy, activation_checkpointing=activation_checkpointing)
     if ep_size == 1:
         return
     if num_experts == 0:
         raise ConfigError(f"distributed.ep_size: {ep_size} but the model is dense (no experts); set ep_size: 1")
-    if strategy != "fsdp2":
-        raise ConfigError(f"distributed.ep_size: {ep_size} needs strategy fsdp2 (experts shard over an (edp, ep) "
-                          f"mesh) and strategy {strategy} replicates every parameter; set distributed.strategy: "
-                          "fsdp2 or ep_size: 1")
     if world_size % ep_size:
         raise ConfigError(f"distributed.ep_size: {ep_size} does not divide the world size {world_size}; EP is "
                           "carved out of data parallel: use an ep_size that divides the number of processes")
@@ -41,6 +33,24 @@ def check_expert_layout(*, num_experts: Optional[int], ep_size: int, etp_size: i
         options = [d for d in range(1, num_experts + 1) if num_experts % d == 0 and world_size % d == 0]
         raise ConfigError(f"distributed.ep_size: {ep_size} does not divide the model's {num_experts} experts; "
                           f"use ep_size in {options}")
+
+
+def check_expert_combinations(*, moe: bool, ep_size: int, etp_size: int, tp_size: int, strategy: str,
+                              activation_checkpointing: str) -> None:
+    """The settings expert parallel does not combine with (the sizes aside); validate's RA-E007 applies
+    these to every bundled MoE layout, its layout rules RA-L007..RA-L009 check the sizes."""
+    if ep_size > 1 and etp_size > 1:
+        raise ConfigError(f"distributed.etp_size: {etp_size}: the bundled trainer keeps each expert whole on one "
+                          "rank (no expert tensor parallel); set etp_size: 1")
+    if moe and tp_size > 1:
+        raise ConfigError(f"distributed.tp_size: {tp_size}: tensor parallel does not split the MoE layers of the "
+                          "bundled trainer; set tp_size: 1 and shard the experts with ep_size")
+    if ep_size == 1:
+        return
+    if strategy != "fsdp2":
+        raise ConfigError(f"distributed.ep_size: {ep_size} needs strategy fsdp2 (experts shard over an (edp, ep) "
+                          f"mesh) and strategy {strategy} replicates every parameter; set distributed.strategy: "
+                          "fsdp2 or ep_size: 1")
     if activation_checkpointing == "selective":
         # The experts' own FSDP2 unit runs inside the checkpointed block, and its hooks run other ops in
         # the recompute than in the forward, which op-level selective checkpointing cannot match.
