@@ -7,8 +7,9 @@ in nn.Linear's [out, in] layout, so the Hub's per-expert ``mlp.experts.{i}.gate_
 index away (trainer/models/moe_names.py converts on load and save).
 
 Routing is dropless: every token reaches its k experts. Tokens are sorted by expert (one argsort,
-no Python loop over experts), the experts run as one grouped GEMM (`torch._grouped_mm` on CUDA
-GPUs of compute capability 9.0+, a loop of plain matmuls over the per-expert groups elsewhere), and
+no Python loop over experts), the experts run as one grouped GEMM (`torch._grouped_mm`: bf16 on CUDA
+GPUs of compute capability 8.0+, fp32/bf16 on CPU; a loop of plain matmuls over the per-expert groups
+where it does not run), and
 the outputs are weighted and summed back per token with `index_add`. Expert parallel
 (trainer/distributed/expert_parallel.py) replaces the `dispatcher`, which moves the sorted tokens
 to the ranks holding their experts and back; this module stays free of communication.
@@ -55,16 +56,27 @@ class Router(nn.Module):
         return weights, experts, probs
 
 
-def grouped_mm_supported(x: torch.Tensor) -> bool:
-    """torch._grouped_mm runs forward and backward on CUDA GPUs of compute capability 9.0+ (bf16)."""
-    return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
-            and torch.cuda.get_device_capability(x.device)[0] >= 9)
+def grouped_mm_supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether torch._grouped_mm runs this product, forward and backward: bf16 on CUDA GPUs of compute
+    capability 8.0+ (torch 2.9+), fp32 or bf16 on CPU (a kernel since torch 2.9), with rows whose byte
+    strides are multiples of 16 and 16-byte aligned data."""
+    if not hasattr(torch, "_grouped_mm") or x.shape[0] == 0:
+        return False
+    if x.is_cuda:
+        if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+            return False
+        if torch.cuda.get_device_capability(x.device) < (8, 0):
+            return False
+    elif x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or weight.dtype != x.dtype:
+        return False
+    aligned = all(t.data_ptr() % 16 == 0 for t in (x, weight))
+    return aligned and all(n * x.element_size() % 16 == 0 for n in (x.shape[-1], weight.shape[-1], weight.shape[-2]))
 
 
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor, counts_list: list[int]) -> torch.Tensor:
     """Rows of `x` grouped by expert (`counts` rows each) times each expert's weight^T: [M, in] -> [M, out].
     `weight` is [E, out, in] (nn.Linear's layout per expert)."""
-    if grouped_mm_supported(x):
+    if grouped_mm_supported(x, weight):
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
         return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
     # Fallback: one matmul per expert group; the grouping itself is the argsort of the caller.
