@@ -93,3 +93,15 @@ def test_hub_names_per_family() -> None:
     assert list(out) == ["model.layers.0.block_sparse_moe.experts.0.w2.weight",
                          "model.layers.0.block_sparse_moe.experts.1.w2.weight"]
     assert out["model.layers.0.block_sparse_moe.experts.1.w2.weight"].flatten().tolist() == [3.0, 4.0, 5.0]
+
+
+def test_lora_adapts_attention_of_an_moe_and_refuses_its_experts() -> None:
+    from trainer.components.peft import apply_lora
+    from trainer.models import build_causal_lm
+
+    adapted = apply_lora(build_causal_lm("tiny-moe"), rank=4, alpha=8.0, dropout=0.0, target_modules="all-linear")
+    names = {n for n, _ in adapted.named_parameters() if ".lora_A." in n}
+    assert "model.layers.0.self_attn.q_proj.lora_A.weight" in names
+    assert not any(".mlp." in n for n in names)
+    with pytest.raises(ValueError, match="the experts of an MoE model .* take no adapters"):
+        apply_lora(build_causal_lm("tiny-moe"), rank=4, alpha=8.0, dropout=0.0, target_modules=["down_proj"])
