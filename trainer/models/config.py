@@ -124,6 +124,15 @@ class DecoderConfig:
             layers += sparse * (self.moe.expert_parameters(h) - 3 * h * self.intermediate_size)
         return self.vocab_size * h + layers + h + head
 
+    def active_parameters(self) -> int:
+        """Parameters one token passes through: an MoE layer's top-k experts of its num_experts (the
+        count training FLOPs follow, 6 N per token); all of them for a dense model."""
+        if self.moe is None:
+            return self.num_parameters()
+        sparse = sum(self.moe.is_moe_layer(i) for i in range(self.num_hidden_layers))
+        idle = self.moe.num_experts - self.moe.top_k
+        return self.num_parameters() - sparse * idle * 3 * self.hidden_size * self.moe.expert_intermediate_size
+
     def validate(self) -> None:
         if self.model_type not in ARCHITECTURES:
             raise ModelConfigError(

@@ -186,7 +186,8 @@ class TrainFinetuneRecipe(BaseRecipe):
             log(f"resumed from {self.restore_path} at step {self.step_scheduler.step}", info)
 
         self.seq_length = self.dataloader.dataset[0]["input_ids"].shape[0]
-        self.flops_per_token = flops_per_token(self.model_config.num_parameters(),
+        active = getattr(self.model_config, "active_parameters", self.model_config.num_parameters)  # MoE: top-k
+        self.flops_per_token = flops_per_token(active(),
                                                self.model_config.num_hidden_layers,
                                                self.model_config.hidden_size, self.seq_length,
                                                peft=cfg.peft is not None)

@@ -86,10 +86,12 @@ def test_dense_layers_stay_dense() -> None:
     assert "model.layers.1.mlp.experts.down_proj" in sparse_step.state_dict()
 
 
-def test_num_parameters_counts_experts() -> None:
+def test_num_parameters_counts_experts_and_active_parameters_the_top_k() -> None:
     for cfg in MOE_CONFIGS.values():
         config = DecoderConfig.from_hf(cfg)
         assert config.num_parameters() == sum(p.numel() for p in CausalLM(config).parameters())
+    config = DecoderConfig.from_hf(MOE_CONFIGS["qwen3_moe"])  # 2 sparse layers, 6 experts of 3 x 32 x 16, top-2
+    assert config.num_parameters() - config.active_parameters() == 2 * (6 - 2) * 3 * 32 * 16
 
 
 @pytest.mark.parametrize("cfg, key", [
