@@ -20,10 +20,14 @@ see torch's allocations and CPU torch keeps no allocator statistics). Both worke
 and transformers before anything is measured, so the import cost is equal; the table shows the
 whole-process peak and the peak above the RSS after imports (what training itself added).
 
+`--moe` trains an MoE of the tiny-moe family instead (Qwen3-MoE: the same attention, 8 experts of FFN 256,
+top-2, norm_topk_prob, every layer sparse) against `transformers.Qwen3MoeForCausalLM` with
+`output_router_logits` on, so both optimise cross-entropy + 0.001 x the load-balancing loss.
+
 `--interleaved` runs both loops in each process, one step of each in turn, for a speed ratio that
 load from other processes disturbs less (memory is then not measured).
 
-Run: .venv/bin/python benchmarks/train_vs_hf.py [--rounds 3 --steps 4 --warmup 1 --threads 2]
+Run: .venv/bin/python benchmarks/train_vs_hf.py [--rounds 3 --steps 4 --warmup 1 --threads 2] [--moe]
      .venv/bin/python benchmarks/train_vs_hf.py --micro   (AdamW variants, loss chunk sizes)
 """
 
@@ -44,6 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHAPE = dict(vocab_size=32000, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
 OPTIM = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01)
+MOE = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+           mlp_only_layers=[], router_aux_loss_coef=0.001)
 
 
 def rss_bytes() -> int:
@@ -55,13 +61,15 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def write_model_dir(folder: Path, layers: int, hidden: int, vocab: int) -> Path:
+def write_model_dir(folder: Path, layers: int, hidden: int, vocab: int, moe: bool = False) -> Path:
     from trainer.models.config import DecoderConfig
 
     shape = dict(SHAPE, num_hidden_layers=layers, hidden_size=hidden, vocab_size=vocab,
                  intermediate_size=3 * hidden)
+    if moe:  # experts of FFN `hidden` (tiny-moe: hidden 64, 8 experts of 32, top-2)
+        shape.update(MOE, moe_intermediate_size=hidden)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(DecoderConfig(**shape).to_hf(), indent=1))
+    (folder / "config.json").write_text(json.dumps(DecoderConfig.from_hf(shape).to_hf(), indent=1))
     return folder
 
 
@@ -138,11 +146,13 @@ def summarize(args, timings: list[tuple[float, float]], losses: list[float]) -> 
 def hf_loop(args, model_dir: Path):
     """The reference loop: returns (inputs of step i, one optimizer step on those inputs -> loss)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(1234)
-    config = LlamaConfig.from_pretrained(str(model_dir))
-    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(model_dir))  # LlamaConfig, or Qwen3MoeConfig with --moe
+    if args.moe:
+        config.output_router_logits = True  # the load-balancing loss joins the loss, as ours does
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), **OPTIM)
     data = mock_dataset(args, config.vocab_size)
@@ -248,7 +258,7 @@ def worker(args) -> None:
 
     baseline = rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = write_model_dir(Path(tmp) / "model", args.layers, args.hidden, args.vocab)
+        model_dir = write_model_dir(Path(tmp) / "model", args.layers, args.hidden, args.vocab, args.moe)
         if args.worker == "both":
             result = run_interleaved(args, model_dir, Path(tmp) / "out")
         elif args.worker == "ours":
@@ -354,7 +364,8 @@ def forwarded_args(args) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    return out + (["--compile"] if args.compile else []) + (["--profile"] if args.profile else [])
+    flags = [f"--{flag}" for flag in ("compile", "profile", "moe") if getattr(args, flag)]
+    return out + flags
 
 
 def print_profile(runs: dict[str, list[dict]]) -> None:
@@ -384,9 +395,9 @@ def interleaved(args) -> None:
         print(f"round {i + 1}: hf {result['hf']['tokens_per_s']:.0f} tokens/s ({result['hf']['tokens_per_cpu_s']:.0f} "
               f"per CPU-second), ours {result['ours']['tokens_per_s']:.0f} ({result['ours']['tokens_per_cpu_s']:.0f}); "
               f"ratio {ratios['tokens_per_s'][-1]:.2f}x", flush=True)
-    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, "
-          f"fp32, {args.threads} threads, steps alternating in one process, {args.steps} timed steps of each after "
-          f"{args.warmup}, {args.rounds} processes")
+    print(f"\n{'MoE, ' if args.moe else ''}{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch "
+          f"{args.batch} x seq {args.seq}, fp32, {args.threads} threads, steps alternating in one process, "
+          f"{args.steps} timed steps of each after {args.warmup}, {args.rounds} processes")
     print("| ratio ours / reference (interleaved) | tokens/s | tokens/s, best step | tokens per CPU-second |")
     print("|---|---|---|---|")
     cells = " | ".join(f"{statistics.median(ratios[k]):.2f}x (runs {min(ratios[k]):.2f}-{max(ratios[k]):.2f})"
@@ -413,6 +424,7 @@ def main() -> None:
     parser.add_argument("--chunked", default=None, help="ours: loss_fn.chunked (default: auto)")
     parser.add_argument("--kernels", default=None, help="ours: model.kernels (default: auto)")
     parser.add_argument("--compile", action="store_true", help="ours: compile.enabled")
+    parser.add_argument("--moe", action="store_true", help="a Qwen3-MoE (8 experts, top-2) against Qwen3MoeForCausalLM")
     parser.add_argument("--worker", choices=("ours", "hf", "both"), help=argparse.SUPPRESS)
     parser.add_argument("--interleaved", action="store_true",
                         help="speed only: both loops in each process, steps alternating (steadier under load)")
@@ -455,13 +467,14 @@ def main() -> None:
             for kind in runs}
     (hf_tps, hf_best, hf_cpu, hf_peak, hf_train) = rows["hf"]
     (our_tps, our_best, our_cpu, our_peak, our_train) = rows["ours"]
-    print(f"\n{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch {args.batch} x seq {args.seq}, "
-          f"fp32, {args.threads} threads, {args.steps} timed steps after {args.warmup}, "
+    print(f"\n{'MoE, ' if args.moe else ''}{args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, batch "
+          f"{args.batch} x seq {args.seq}, fp32, {args.threads} threads, {args.steps} timed steps after {args.warmup}, "
           f"median of {args.rounds} runs each")
     print("| loop | tokens/s | tokens/s, best step | tokens per CPU-second | peak RSS (MiB) | "
           "peak RSS above imports (MiB) |")
     print("|---|---|---|---|---|---|")
-    print(f"| transformers LlamaForCausalLM + AdamW (reference) | {hf_tps:.0f} | {hf_best:.0f} | {hf_cpu:.0f} | "
+    reference = "Qwen3MoeForCausalLM" if args.moe else "LlamaForCausalLM"
+    print(f"| transformers {reference} + AdamW (reference) | {hf_tps:.0f} | {hf_best:.0f} | {hf_cpu:.0f} | "
           f"{mib(hf_peak)} | {mib(hf_train)} |")
     print(f"| bundled trainer (TrainFinetuneRecipe) | {our_tps:.0f} | {our_best:.0f} | {our_cpu:.0f} | "
           f"{mib(our_peak)} | {mib(our_train)} |")

@@ -10,6 +10,11 @@ next to the planner's estimate of the same layout (engine bundled), and the time
     python benchmarks/gpu/bench.py                      # on the GPU (run.sh sets it up)
     python benchmarks/gpu/bench.py --check-kernels      # fused kernels vs fallbacks (kernel_check.py)
     python benchmarks/gpu/bench.py --smoke              # the same code path: tiny model, CPU, 2 steps
+    python benchmarks/gpu/bench.py --model qwen3-30b-a3b --layers 4 --name moe-bf16   # Qwen3-30B-A3B-shaped MoE
+
+`--layers N` keeps the model's shape but its first N layers (a Qwen3-30B-A3B's 48 layers do not fit one GPU
+with their fp32 AdamW states; 4 do: ~3.1B parameters, 128 experts of FFN 768 each, top-8). With --tiny (or
+--smoke), an MoE model is stood in for by the bundled tiny-moe.
 
 With --out-dir, the report goes to DIR/NAME.json after every step (so a run cut off still leaves
 one) and the measurement, as a row of recipe_index/data/published_throughput.json, into
@@ -171,6 +176,30 @@ def summarise(context: dict, rows: list[dict], stopped_by: Optional[str], comple
     return report
 
 
+def model_path(args, tmp: Path) -> str:
+    """The model to train: the tiny stand-in (an MoE's: tiny-moe), or `--model` cut to `--layers` layers."""
+    from trainer.models.builder import resolve_config
+    from trainer.models.config import DecoderConfig
+
+    if args.tiny:
+        if resolve_config(args.model)[0].moe is not None:
+            return "tiny-moe"
+        folder = tmp / "tiny"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(DecoderConfig(**TINY_MODEL).to_hf()))
+        return str(folder)
+    if args.layers is None:
+        return args.model
+    config = resolve_config(args.model)[0].to_hf()
+    if config.get("mlp_only_layers"):
+        config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < args.layers]
+    config["num_hidden_layers"] = args.layers
+    folder = tmp / f"{args.model.replace('/', '_')}-{args.layers}-layers"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
 def run(args) -> dict:
     import torch
 
@@ -183,15 +212,7 @@ def run(args) -> dict:
     deadline = STARTED + args.time_budget - REPORT_RESERVE_S if args.time_budget else None
     out_dir = args.out_dir
     with tempfile.TemporaryDirectory() as tmp:
-        if args.tiny:
-            from trainer.models.config import DecoderConfig
-
-            model_dir = Path(tmp) / "tiny"
-            model_dir.mkdir()
-            (model_dir / "config.json").write_text(json.dumps(DecoderConfig(**TINY_MODEL).to_hf()))
-            model = str(model_dir)
-        else:
-            model = args.model
+        model = model_path(args, Path(tmp))
         cuda = args.device == "cuda"
         gpu_type = "cpu" if not cuda else args.gpu_type or detect_gpu_type(torch.cuda.get_device_name()) or "h100"
         raw = recipe_config(args, Path(tmp) / "out", model, gpu_type)
@@ -203,8 +224,9 @@ def run(args) -> dict:
         config = recipe.model_config
         precision = "fp8" if args.fp8 else "bf16"
         context = {
-            "name": args.name, "model": "tiny-llama (smoke)" if args.tiny else model,
-            "bundled_model": not args.tiny, "gpu_type": gpu_type,
+            "name": args.name, "model": f"{model} (smoke)" if args.tiny else args.model,
+            "layers_kept": args.layers, "moe": _moe_facts(config),
+            "bundled_model": not args.tiny and args.layers is None, "gpu_type": gpu_type,
             "device": torch.cuda.get_device_name() if cuda else "cpu", "num_gpus": info.world_size,
             "params": config.num_parameters(), "layers": config.num_hidden_layers, "hidden": config.hidden_size,
             "seq": args.seq, "batch": args.batch, "recompute": args.recompute, "precision": precision,
@@ -240,6 +262,13 @@ def run(args) -> dict:
         if report["tokens_per_s"]:
             add_row(out_dir / ROWS_FILE, throughput_row(report))
     return report
+
+
+def _moe_facts(config) -> Optional[dict]:
+    moe = getattr(config, "moe", None)
+    if moe is None:
+        return None
+    return {"experts": moe.num_experts, "top_k": moe.top_k, "expert_ffn": moe.expert_intermediate_size}
 
 
 def _estimate(model: str, gpu_type: str, num_gpus: int, args, precision: str) -> Optional[dict]:
@@ -296,6 +325,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="the whole path on CPU in seconds: --device cpu --tiny --no-compile, 1 + 2 steps")
     parser.add_argument("--model", default="llama32-1b", help="bundled model id (default llama32-1b)")
+    parser.add_argument("--layers", type=int, help="keep only the model's first N layers (its shape otherwise)")
     parser.add_argument("--gpu-type", help="hardware card id (default: from the CUDA device name)")
     parser.add_argument("--steps", type=int, default=40, help="timed steps")
     parser.add_argument("--warmup", type=int, default=5, help="untimed first steps (compilation)")

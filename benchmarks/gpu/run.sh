@@ -13,12 +13,14 @@
 # Phases, each under `timeout` with what is left of GPU_BENCH_BUDGET_S (default 450 s):
 #   1. kernel checks: fused paths vs their reference on the GPU        -> $OUT/kernel_check.json
 #   2. dense benchmark: Llama-3.2-1B, bf16                              -> $OUT/dense-bf16.json
-#   3. MoE benchmark: once trainer/contract/capabilities.py says moe; until then a line says it is skipped
+#   3. MoE benchmark: Qwen3-30B-A3B-shaped (its first GPU_BENCH_MOE_LAYERS=4 layers), eager, bf16, once
+#      trainer/contract/capabilities.py says moe (until then a line says it is skipped) -> $OUT/moe-bf16.json
 #   4. dense fp8 (torchao), when GPU_BENCH_FP8_MIN_S (default 180) seconds are left -> $OUT/dense-fp8.json
 # Each benchmark adds its row (recipe_index/data/published_throughput.json's format) to
 # $OUT/throughput_rows.json; everything printed also goes to $OUT/run.log. --dry-run prints the steps
 # and runs none of them; --smoke runs every phase on CPU with a tiny model, with the interpreter's
 # packages as they are (GPU_BENCH_MODE=machine: installing from $WHEELS first, as on the lent machine).
+# GPU_BENCH_ONLY=moe runs the setup and the MoE phase alone (about 2 minutes on an H200).
 set -uo pipefail  # no -e: a failed phase must not keep the later ones from running and reporting
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,7 +32,9 @@ SITE="${SITE:-/tmp/recipe-advisor-site}"
 OUT="${OUT:-$REPO/out/gpu-bench}"
 BUDGET_S="${GPU_BENCH_BUDGET_S:-450}"
 FP8_MIN_S="${GPU_BENCH_FP8_MIN_S:-180}"
-MOE_MODEL="${GPU_BENCH_MOE_MODEL:-olmoe-7b}"
+MOE_MODEL="${GPU_BENCH_MOE_MODEL:-qwen3-30b-a3b}"
+MOE_LAYERS="${GPU_BENCH_MOE_LAYERS:-4}"
+ONLY="${GPU_BENCH_ONLY:-}"  # "moe": the MoE phase alone
 # machine: $PYTHON plus what it lacks of $WHEELS; venv: install into $VENV; as-is: $PYTHON and its packages;
 # auto: machine where $PYTHON has CUDA torch, else venv (as-is with --smoke).
 MODE="${GPU_BENCH_MODE:-auto}"
@@ -151,20 +155,28 @@ run "$PYTHON" -c "import torch, pydantic, trainer.recipes.train_ft, service.plan
 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', \
 'pydantic', pydantic.VERSION)" || FAILED+=("imports")
 
-phase "kernel checks" 30 "$PYTHON" "$HERE/kernel_check.py" "${DEVICE[@]}" --out-dir "$OUT"
-phase "dense benchmark (bf16)" 120 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-bf16 \
-  --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+if [[ "$ONLY" != moe ]]; then
+  phase "kernel checks" 30 "$PYTHON" "$HERE/kernel_check.py" "${DEVICE[@]}" --out-dir "$OUT"
+  phase "dense benchmark (bf16)" 120 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-bf16 \
+    --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+fi
 
 echo "== MoE benchmark"
 if "$PYTHON" -c 'import sys; from trainer.contract.capabilities import supports; sys.exit(0 if supports("moe") else 1)' 2>/dev/null
 then
-  phase "MoE benchmark (bf16, $MOE_MODEL)" 150 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name moe-bf16 \
-    --model "$MOE_MODEL" --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+  # Eager: the routed token counts (a host sync per MoE layer) break every block's graph, so compiling
+  # would spend the budget on recompiles. 3 warm-up + 12 timed steps of 2 x 4096 tokens.
+  phase "MoE benchmark (bf16, $MOE_MODEL, $MOE_LAYERS layers)" 90 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" \
+    --name moe-bf16 --model "$MOE_MODEL" --layers "$MOE_LAYERS" --no-compile --warmup 3 --steps 12 --batch 2 \
+    --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 else
   echo "skipped: the bundled trainer has no MoE support yet (trainer/contract/capabilities.py: moe is false)"
 fi
 
-if [[ "$SMOKE" == 1 ]]; then
+if [[ "$ONLY" == moe ]]; then
+  echo "== dense benchmark (fp8)"
+  echo "skipped: GPU_BENCH_ONLY=moe"
+elif [[ "$SMOKE" == 1 ]]; then
   echo "== dense benchmark (fp8)"
   echo "skipped: fp8 needs a CUDA GPU of compute capability 8.9+"
 else

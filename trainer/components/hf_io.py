@@ -48,6 +48,10 @@ def save_hf_model(
             "trainer.components.peft.save_adapter, and pass the base weights or "
             "trainer.components.peft.merged_state_dict here"
         )
+    if getattr(config, "moe", None) is not None:
+        from trainer.models.moe_names import to_hub_layout
+
+        state_dict = to_hub_layout(state_dict, config)  # per-expert tensors, as transformers loads them
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {

@@ -28,9 +28,18 @@ class MetricsSample:
     mem: float  # GiB: peak allocated on the accelerator, else peak resident memory of the process
     tps: float  # tokens per second, whole global batch
     mfu: Optional[float]  # fraction of the devices' dense peak
+    # MoE models only (trainer.models.moe.collect_router_stats): the load-balancing loss (without its
+    # coefficient) and the tokens routed to the least / most loaded expert in one step.
+    moe_aux_loss: Optional[float] = None
+    expert_load_min: Optional[float] = None
+    expert_load_max: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("moe_aux_loss", "expert_load_min", "expert_load_max"):
+            if out[key] is None:  # dense models: the record keeps its keys
+                del out[key]
+        return out
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_length: int,

@@ -98,8 +98,12 @@ def apply_lora(
         t for t in target_modules if not any(_is_target(name, module, [t]) for name, module in targets)]
     if not targets or unmatched:
         shown = target_modules if isinstance(target_modules, str) else list(unmatched or target_modules)
-        raise ValueError(f"peft.target_modules {shown} matched no linear layer; use names such as q_proj, v_proj, "
-                         "gate_proj or 'all-linear'")
+        from trainer.models.moe import moe_layers
+
+        experts = ("; the experts of an MoE model (stacked grouped weights) and its router take no adapters: LoRA "
+                   "adapts its attention and dense layers") if moe_layers(model) else ""
+        raise ValueError(f"peft.target_modules {shown} matched no linear layer{experts}; use names such as q_proj, "
+                         "v_proj, gate_proj or 'all-linear'")
     for param in model.parameters():
         param.requires_grad_(False)
     meta = is_meta(model)

@@ -23,8 +23,16 @@ CAPABILITIES: dict = {
     "pipeline_parallel": False,
     "virtual_pipeline": False,
     "context_parallel": False,
-    "expert_parallel": False,
-    "moe": False,
+    # Experts Shard(0) over an ``ep`` mesh dimension carved out of DP (tokens moved by all-to-all), FSDP2
+    # over the expert-data-parallel rest (trainer/distributed/expert_parallel.py). Whole experts per rank:
+    # no expert tensor parallel; MoE layers not under TP; not with DDP or selective recompute.
+    "expert_parallel": True,
+    "expert_tensor_parallel": False,
+    "moe": True,
+    "moe_model_types": ["qwen3_moe", "mixtral"],
+    "moe_with_tp": False,
+    "ep_with_ddp": False,
+    "ep_with_selective_recompute": False,
     "recompute": ["none", "selective", "full"],
     # FSDP2 MixedPrecisionPolicy (param dtype, reduce dtype: distributed.grad_reduce_dtype, fp32 by
     # default); autocast for DDP, whose bf16 reduce is PyTorch's bf16_compress_hook. Everywhere.
@@ -34,7 +42,7 @@ CAPABILITIES: dict = {
     # data parallel only. Hardware-dependent, hence apart from "precisions": see supports_precision.
     "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False},
     "peft": ["lora"],
-    "model_types": ["llama", "qwen2", "qwen3", "mistral"],
+    "model_types": ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral"],
     "rope_types": ["default", "linear", "llama3"],
     "attn_implementations": ["sdpa", "eager"],
     "compile": True,

@@ -146,6 +146,12 @@ def declared_positions(section: Any) -> tuple[str, Optional[int]]:
 def declared_size(section: Any, field: str) -> tuple[str, Optional[int]]:
     """(where the model comes from, the whole number its config.json or bundled card declares for ``field``,
     such as ``max_position_embeddings`` or ``num_hidden_layers``, or None)."""
+    where, value = declared_value(section, field)
+    return where, (value if isinstance(value, int) and not isinstance(value, bool) and value else None)
+
+
+def declared_value(section: Any, field: str) -> tuple[str, Any]:
+    """(where the model comes from, what its config.json or bundled card declares for ``field``, or None)."""
     name = section.pretrained_model_name_or_path
     if section.target is not None or not name:
         return ELSEWHERE, None
@@ -155,14 +161,13 @@ def declared_size(section: Any, field: str) -> tuple[str, Optional[int]]:
             data = json.loads((local / "config.json" if local.is_dir() else local).read_text())
         except (OSError, ValueError):
             return LOCAL, None  # unreadable: the workers report it with the file's name
-        value = data.get(field) if isinstance(data, dict) else None
-        return LOCAL, (value if isinstance(value, int) and not isinstance(value, bool) else None)
+        return LOCAL, (data.get(field) if isinstance(data, dict) else None)
     try:
         from recipe_index.models import find_bundled_model
     except ImportError:
         return ELSEWHERE, None
     card = find_bundled_model(name)
-    return (BUNDLED, getattr(card, field, None) or None) if card is not None else (ELSEWHERE, None)
+    return (BUNDLED, getattr(card, field, None)) if card is not None else (ELSEWHERE, None)
 
 
 def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loader: bool,

@@ -17,6 +17,7 @@ from trainer.contract.builders import check_target, dataset_call, resolve_data_p
 from trainer.contract.capabilities import CAPABILITIES
 from trainer.contract.checkpoint_layout import resolve_restore
 from trainer.contract.config import RecipeConfig, parse_config, section_fields
+from trainer.contract.expert_checks import preflight_expert_checks
 from trainer.contract.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.contract.model_checks import (
     check_model_keys,
@@ -64,8 +65,7 @@ def _format_validation_error(exc: Exception, path: str, flags: set[str] = frozen
     return "; ".join(lines)
 
 
-UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context parallel"),
-                          ("ep_size", "expert parallel"))
+UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context parallel"))
 
 
 def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> None:
@@ -82,6 +82,7 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         if getattr(d, key) > 1:
             raise ConfigError(f"distributed.{key}: {what} ({getattr(d, key)}) is not supported by the bundled "
                               f"trainer; set it to 1 (it supports FSDP2/DDP data parallel and tensor parallel)")
+    preflight_expert_checks(cfg, world_size)
     if d.vp_size not in (None, 1):
         raise ConfigError("distributed.vp_size: virtual pipeline needs pipeline parallel; remove it")
     if world_size % d.tp_size:

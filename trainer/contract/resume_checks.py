@@ -71,6 +71,10 @@ def _targets(target_modules: Any) -> list:
 def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[str, Any]:
     """The architecture fields that decide whether weights fit, plus the PEFT setup (it changes the format)."""
     sig = {name: getattr(model_config, name, None) for name in SIGNATURE_FIELDS}
+    moe = getattr(model_config, "moe", None)
+    if moe is not None:  # MoE only, so dense checkpoints keep their signature
+        sig["experts"] = {"num_experts": moe.num_experts, "top_k": moe.top_k,
+                          "expert_intermediate_size": moe.expert_intermediate_size}
     if peft:
         sig["peft"] = {"method": peft.get("method", "lora"), "rank": peft.get("rank"),
                        "alpha": float(peft.get("alpha", 0.0)),

@@ -42,8 +42,10 @@ class ParallelConfigError(ValueError):
     """A parallel layout this model or trainer cannot run; the message names the setting."""
 
 
-def build_mesh(world_size: int, tp_size: int, device_type: str) -> Optional[DeviceMesh]:
-    """A ("dp", "tp") mesh over all ranks, or None for a single process without a process group."""
+def build_mesh(world_size: int, tp_size: int, device_type: str, ep_size: int = 1) -> Optional[DeviceMesh]:
+    """A ("dp", "tp") mesh over all ranks, or None for a single process without a process group.
+    With expert parallel (`ep_size` > 1): ("edp", "ep", "tp") with "dp" = edp x ep flattened from it
+    (trainer/distributed/expert_parallel.py)."""
     if tp_size < 1 or world_size % tp_size:
         raise ParallelConfigError(
             f"distributed.tp_size ({tp_size}) must divide the number of processes ({world_size})"
@@ -54,6 +56,14 @@ def build_mesh(world_size: int, tp_size: int, device_type: str) -> Optional[Devi
         raise ParallelConfigError(f"world size {world_size} needs torch.distributed to be initialised first")
     if dist.get_world_size() != world_size:
         raise ParallelConfigError(f"world_size {world_size} differs from the process group's {dist.get_world_size()}")
+    if ep_size > 1:
+        if world_size % (tp_size * ep_size):
+            raise ParallelConfigError(f"distributed.ep_size ({ep_size}) x tp_size ({tp_size}) must divide the number "
+                                      f"of processes ({world_size})")
+        shape = (world_size // (tp_size * ep_size), ep_size, tp_size)
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=("edp", "ep", "tp"))
+        mesh[("edp", "ep")]._flatten("dp")
+        return mesh
     return init_device_mesh(device_type, (world_size // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
 
 
@@ -83,12 +93,21 @@ def parallelize_model(
     device = torch.device(device)
     if tp_size > 1:
         apply_tensor_parallel(model, mesh["tp"], sequence_parallel=sequence_parallel)
+    expert_parallel = mesh is not None and "ep" in (mesh.mesh_dim_names or ())
+    if expert_parallel:
+        from trainer.distributed.expert_parallel import apply_expert_parallel
+
+        apply_expert_parallel(model, mesh["ep"])
     if activation_checkpointing != "none":
         apply_activation_checkpointing(model, activation_checkpointing)
     if compile:
         for block in unwrap_model(model).layers:
             block.compile(backend=compile_backend)
     if mesh is not None and strategy == "fsdp2":
+        if expert_parallel:
+            from trainer.distributed.expert_parallel import shard_experts
+
+            shard_experts(model, mesh["edp"], _mp_policy(precision, grad_reduce_dtype), mesh["ep"].size())
         apply_fsdp2(model, mesh["dp"], precision, grad_reduce_dtype)
         if is_meta(model):
             materialize(model, device)
@@ -307,19 +326,23 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
 
 def apply_fsdp2(model: nn.Module, dp_mesh: DeviceMesh, precision: str, grad_reduce_dtype: str = "fp32") -> None:
     """`fully_shard` each block, then the root (embeddings, final norm, LM head)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    param_dtype = PRECISION_DTYPES[precision]
-    mp_policy = MixedPrecisionPolicy(
-        param_dtype=None if param_dtype == torch.float32 else param_dtype,
-        reduce_dtype=PRECISION_DTYPES[grad_reduce_dtype],
-    )
+    mp_policy = _mp_policy(precision, grad_reduce_dtype)
     layers = unwrap_model(model).layers
     last = len(layers) - 1
     for idx, block in enumerate(layers):
         # The last block's parameters are needed again at once by backward: keep them gathered.
         fully_shard(block, mesh=dp_mesh, mp_policy=mp_policy, reshard_after_forward=idx < last)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp_policy)
+
+
+def _mp_policy(precision: str, grad_reduce_dtype: str):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    param_dtype = PRECISION_DTYPES[precision]
+    return MixedPrecisionPolicy(param_dtype=None if param_dtype == torch.float32 else param_dtype,
+                                reduce_dtype=PRECISION_DTYPES[grad_reduce_dtype])
 
 
 def reshard_after_no_grad_forward(model: nn.Module) -> None:

@@ -120,6 +120,11 @@ def load_weights_into(model: nn.Module, weights_path: str | os.PathLike, seed: i
 def fill_parameters(model: nn.Module, source: InitSource) -> None:
     std = unwrap_model(model).config.initializer_range
     reader = SafetensorsReader(source.weights_path) if source.weights_path else None
+    config = unwrap_model(model).config
+    if reader is not None and getattr(config, "moe", None) is not None:
+        from trainer.models.moe_names import HubLayoutReader
+
+        reader = HubLayoutReader(reader, config)  # per-expert Hub tensors, stacked as the model holds them
     params = dict(named_parameters_hf(model))
     if reader is not None:
         missing = sorted(n for n in params if n not in reader and ".lora_" not in n)

@@ -21,12 +21,14 @@ from trainer.contract.model_settings import (  # noqa: F401  (re-exported: the s
     KERNELS,
     LINEAR_MODULES,
 )
+from trainer.models.moe_config import MOE_ARCHITECTURES, MOE_KEYS, MoEConfig, MoEConfigError, moe_hf_keys, read_moe
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    **MOE_ARCHITECTURES,
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
@@ -66,6 +68,7 @@ class DecoderConfig:
     attn_implementation: str = "sdpa"
     kernels: str = "torch"
     extra: dict[str, Any] = field(default_factory=dict)  # other config.json keys, written back untouched
+    moe: Optional[MoEConfig] = None  # experts, router and sparse layers (trainer/models/moe_config.py)
 
     def __post_init__(self) -> None:
         if self.num_key_value_heads is None:
@@ -90,7 +93,7 @@ class DecoderConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.model_type == "qwen3"
+        return self.model_type in ("qwen3", "qwen3_moe")
 
     @property
     def rope_type(self) -> str:
@@ -115,7 +118,20 @@ class DecoderConfig:
         attn += 2 * self.head_dim if self.qk_norm else 0
         block = attn + 3 * h * self.intermediate_size + 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.vocab_size * h + self.num_hidden_layers * block + h + head
+        layers = self.num_hidden_layers * block
+        if self.moe is not None:  # MoE layers hold experts + router instead of the dense MLP
+            sparse = sum(self.moe.is_moe_layer(i) for i in range(self.num_hidden_layers))
+            layers += sparse * (self.moe.expert_parameters(h) - 3 * h * self.intermediate_size)
+        return self.vocab_size * h + layers + h + head
+
+    def active_parameters(self) -> int:
+        """Parameters one token passes through: an MoE layer's top-k experts of its num_experts (the
+        count training FLOPs follow, 6 N per token); all of them for a dense model."""
+        if self.moe is None:
+            return self.num_parameters()
+        sparse = sum(self.moe.is_moe_layer(i) for i in range(self.num_hidden_layers))
+        idle = self.moe.num_experts - self.moe.top_k
+        return self.num_parameters() - sparse * idle * 3 * self.hidden_size * self.moe.expert_intermediate_size
 
     def validate(self) -> None:
         if self.model_type not in ARCHITECTURES:
@@ -158,10 +174,10 @@ class DecoderConfig:
         model_type = cfg.get("model_type")
         if model_type is None:
             raise ModelConfigError("config.json has no model_type")
-        if cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts"):
-            raise ModelConfigError(
-                f"{model_type}: mixture-of-experts configs are not supported by the bundled trainer"
-            )
+        try:
+            moe = read_moe(cfg)
+        except MoEConfigError as err:
+            raise ModelConfigError(str(err)) from None
         if cfg.get("mlp_bias"):
             raise ModelConfigError("mlp_bias: true is not supported by the bundled trainer")
         required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -171,15 +187,16 @@ class DecoderConfig:
 
         rope_theta, rope_scaling = _read_rope(cfg)
         sliding_window, max_window_layers = None, None
-        if model_type == "mistral":
+        if model_type in ("mistral", "mixtral"):
             sliding_window = cfg.get("sliding_window")
-        elif model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        elif model_type in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window"):
             sliding_window = cfg.get("sliding_window")
             max_window_layers = cfg.get("max_window_layers")
 
         known = {f.name for f in fields(cls)}
         consumed = known | {"rope_parameters", "architectures", "use_sliding_window", "dtype", "transformers_version"}
-        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels")}
+        consumed |= set(MOE_KEYS) if moe is not None else set()
+        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels", "moe")}
         kwargs.update(
             model_type=model_type,
             rope_theta=rope_theta,
@@ -189,6 +206,7 @@ class DecoderConfig:
             torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
             attn_implementation=attn_implementation,
             extra={k: v for k, v in cfg.items() if k not in consumed},
+            moe=moe,
         )
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
@@ -271,14 +289,16 @@ class DecoderConfig:
             out["attention_bias"] = self.attention_bias
         if self.model_type == "llama":
             out["mlp_bias"] = False
-        if self.model_type == "mistral":
+        if self.model_type in ("mistral", "mixtral"):
             out["sliding_window"] = self.sliding_window
-        elif self.model_type in ("qwen2", "qwen3"):
+        elif self.model_type in ("qwen2", "qwen3", "qwen3_moe"):
             out["use_sliding_window"] = self.sliding_window is not None
             out["sliding_window"] = self.sliding_window
             out["max_window_layers"] = (
                 self.max_window_layers if self.max_window_layers is not None else self.num_hidden_layers
             )
+        if self.moe is not None:
+            out.update(moe_hf_keys(self.model_type, self.moe))
         if self.torch_dtype:
             out["torch_dtype"] = self.torch_dtype
             out["dtype"] = self.torch_dtype
@@ -286,6 +306,10 @@ class DecoderConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
 
 
 def _read_rope(cfg: dict[str, Any]) -> tuple[float, Optional[dict[str, Any]]]:

@@ -16,6 +16,7 @@ from torch import nn
 
 from trainer.fused.ops import rms_norm, rotary, silu_mul
 from trainer.models.config import DecoderConfig
+from trainer.models.moe import MoE
 from trainer.models.rope import RotaryEmbedding
 
 
@@ -125,7 +126,10 @@ class DecoderBlock(nn.Module):
     def __init__(self, config: DecoderConfig, layer_idx: int):
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
-        self.mlp = SwiGLU(config)
+        moe = config.moe
+        # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse step).
+        sparse = moe is not None and moe.is_moe_layer(layer_idx)
+        self.mlp = MoE(config.hidden_size, moe, config.kernels) if sparse else SwiGLU(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
 

@@ -68,6 +68,7 @@ def _build_model(section, kwargs: dict, seed: int, kernels: str) -> nn.Module:
 def check_layout(model_config, cfg: RecipeConfig) -> None:
     """What the parallel layout needs from this model and data, checked before anything is allocated."""
     tp = cfg.distributed.tp_size
+    _check_experts(model_config, cfg)
     for field in ("num_attention_heads", "num_key_value_heads"):
         heads = getattr(model_config, field)
         if heads % tp:
@@ -82,6 +83,25 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
     if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
         raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
                           "splits the sequence over the TP ranks")
+
+
+def _check_experts(model_config, cfg: RecipeConfig) -> None:
+    import torch.distributed as dist
+
+    from trainer.contract.expert_checks import check_expert_layout
+
+    d, moe = cfg.distributed, getattr(model_config, "moe", None)
+    check_expert_layout(num_experts=moe.num_experts if moe is not None else 0, ep_size=d.ep_size,
+                        etp_size=d.etp_size or 1, tp_size=d.tp_size, strategy=d.strategy,
+                        world_size=dist.get_world_size() if dist.is_initialized() else 1,
+                        activation_checkpointing=d.activation_checkpointing)
+
+
+def configure_moe(model: nn.Module, dp_group, dp_size: int, grad_acc_steps: int) -> None:
+    """The load-balancing loss of an MoE model sums over the DP batch (no-op for a dense model)."""
+    from trainer.distributed.expert_parallel import configure_aux_loss
+
+    configure_aux_loss(model, dp_group, dp_size, grad_acc_steps)
 
 
 def apply_peft(model: nn.Module, section) -> nn.Module:
@@ -154,7 +174,7 @@ def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
     from trainer.distributed.parallelize import ParallelConfigError, build_mesh
 
     try:
-        mesh = build_mesh(info.world_size, cfg.distributed.tp_size, info.device.type)
+        mesh = build_mesh(info.world_size, cfg.distributed.tp_size, info.device.type, ep_size=cfg.distributed.ep_size)
     except ParallelConfigError as exc:
         raise ConfigError(str(exc)) from None
     if mesh is None:

@@ -43,6 +43,7 @@ from trainer.data import IGNORE_INDEX, ResumableDataLoader
 from trainer.distributed.dist import DistInfo, fault_point
 from trainer.distributed.parallelize import reshard_after_no_grad_forward
 from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
+from trainer.models.moe import collect_router_stats
 from trainer.recipes import model_io
 from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
 
@@ -177,6 +178,7 @@ class TrainFinetuneRecipe(BaseRecipe):
             checkpoint_interval=s.checkpoint_interval if cfg.checkpoint.enabled else None,
             log_interval=s.log_interval)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.lr_scheduler, self.step_scheduler.total_steps)
+        model_io.configure_moe(self.model, self.dp_group, self.dp_size, self.step_scheduler.grad_acc_steps)
         for warning in self.step_scheduler.length_warnings(cfg.lr_scheduler.warmup_steps):
             log(f"warning: {warning}", info)
         if self.restore_path is not None:
@@ -184,7 +186,8 @@ class TrainFinetuneRecipe(BaseRecipe):
             log(f"resumed from {self.restore_path} at step {self.step_scheduler.step}", info)
 
         self.seq_length = self.dataloader.dataset[0]["input_ids"].shape[0]
-        self.flops_per_token = flops_per_token(self.model_config.num_parameters(),
+        active = getattr(self.model_config, "active_parameters", self.model_config.num_parameters)  # MoE: top-k
+        self.flops_per_token = flops_per_token(active(),
                                                self.model_config.num_hidden_layers,
                                                self.model_config.hidden_size, self.seq_length,
                                                peft=cfg.peft is not None)
@@ -230,7 +233,7 @@ class TrainFinetuneRecipe(BaseRecipe):
                 window_steps += 1
                 if sched.is_log_step:
                     sample = self._metrics(epoch, loss, grad_norm, lr, window_tokens,
-                                           time.perf_counter() - window_start)
+                                           time.perf_counter() - window_start, window_steps)
                     self.train_log.write(sample.to_dict())
                     update_progress_bar(pbar, sample, window_steps)
                     window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
@@ -286,13 +289,14 @@ class TrainFinetuneRecipe(BaseRecipe):
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
 
     def _metrics(self, epoch: int, loss: float, grad_norm: float, lr: float, tokens: int,
-                 seconds: float) -> MetricsSample:
+                 seconds: float, steps: int = 1) -> MetricsSample:
         tps = tokens / max(seconds, 1e-9)
         mfu = None
         if self.peak_flops:
             mfu = self.flops_per_token * tps / (self.peak_flops * self.dist.world_size)
+        router = collect_router_stats(self.model, self.dp_group, steps) or {}  # MoE: aux loss, expert load
         return MetricsSample(step=self.step_scheduler.step, epoch=epoch, loss=loss, grad_norm=grad_norm, lr=lr,
-                             mem=peak_memory_gib(self.dist.device), tps=tps, mfu=mfu)
+                             mem=peak_memory_gib(self.dist.device), tps=tps, mfu=mfu, **router)
 
     @torch.no_grad()
     def _run_validation_epoch(self, epoch: int, lr: float) -> float:

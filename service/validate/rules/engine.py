@@ -101,13 +101,33 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
         return None
     # Megatron trains on CUDA GPUs only (RA-E006): on the cpu card the fix names a GPU type too.
     gpu = " and a GPU type (hardware.gpu_type)" if f.hardware is not None and f.hardware.arch == "cpu" else ""
-    if f.model.is_moe and not CAPABILITIES.get("moe"):
-        return Violation(f"{f.model.id} is an MoE model; the bundled trainer runs dense decoders only",
-                         f"use strategy: megatron (Megatron Bridge){gpu} for MoE models")
     model_type = f.model.model_type
+    if f.model.is_moe and model_type not in CAPABILITIES.get("moe_model_types", []):
+        built = ", ".join(CAPABILITIES.get("moe_model_types", [])) or "none"
+        return Violation(f"{f.model.id} is an MoE model of type {model_type!r}; the bundled trainer builds the MoE "
+                         f"families {built} only", f"use strategy: megatron (Megatron Bridge){gpu} for this model")
     if model_type and model_type not in CAPABILITIES["model_types"]:
         return Violation(f"model_type {model_type!r} of {f.model.id} is not one the bundled trainer builds "
                          f"({', '.join(CAPABILITIES['model_types'])})", f"use strategy: megatron{gpu} for this model")
+    return None
+
+
+@layout_rule("RA-E007", "error", "distributed.ep_size", "the bundled trainer's expert layouts",
+             "trainer/contract/expert_checks.py check_expert_combinations (the pre-flight refuses the same)")
+def bundled_expert_layout(f: Facts) -> Optional[Violation]:
+    if not bundled(f) or f.model is None or f.model.model_type not in CAPABILITIES.get("moe_model_types", []):
+        return None  # dense, or an MoE family the trainer does not build (RA-E002)
+    from trainer.contract.expert_checks import check_expert_combinations  # torch-free; the trainer's own check
+    from trainer.contract.overrides import ConfigError
+
+    lay = f.layout
+    try:
+        check_expert_combinations(moe=True, ep_size=lay.ep, etp_size=lay.etp, tp_size=lay.tp, strategy=f.strategy,
+                                  activation_checkpointing=lay.recompute)
+    except ConfigError as exc:
+        key, _, rest = str(exc).partition(": ")
+        why, _, fix = rest.rpartition("; ")
+        return Violation(why, fix, key=key)
     return None
 
 

@@ -166,7 +166,7 @@ def test_diff_missing_or_wrong_fields_are_422(client, body):
 
 @pytest.mark.parametrize("body, field", [
     ({"model": "llama3-8b", "gpus": 8, "gpu_type": "a100-80gb", "precision": "fp8"}, "precision"),
-    ({"model": "qwen3-30b-a3b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine"),
+    ({"model": "olmoe-7b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine"),
 ])
 def test_rule_rejection_is_400_naming_the_request_field(client, body, field):
     r = client.post("/v1/recommend", json=body)

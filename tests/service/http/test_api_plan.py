@@ -120,10 +120,10 @@ def test_first_request_of_a_fresh_worker_uses_every_rule():
 
 
 def test_plan_without_a_precision_answers_with_the_rule(client):
-    r = client.post("/v1/plan", json={"model": "tiny-moe", "gpus": 2, "gpu_type": "cpu", "engine": "bundled"})
+    r = client.post("/v1/plan", json={"model": "olmoe-7b", "gpus": 2, "gpu_type": "cpu", "engine": "bundled"})
     assert r.status_code == 200, r.text
     got = r.json()
-    assert got["precision"] == "bf16" and got["layouts"] == []
+    assert got["precision"] == "fp32" and got["layouts"] == []
     assert "RA-E002" in json.dumps(got["rejections"])
 
 

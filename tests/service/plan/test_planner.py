@@ -109,9 +109,16 @@ def test_bundled_engine_uses_only_declared_capabilities():
     assert {r.layout.tp for r in result.layouts} > {1}
 
 
-def test_bundled_engine_rejects_moe_with_the_rule_reason():
-    result = plan(make_request("qwen3-30b-a3b", 8, "h100", engine="bundled"))
+def test_bundled_engine_rejects_an_unbuilt_moe_family_with_the_rule_reason():
+    result = plan(make_request("olmoe-7b", 8, "h100", engine="bundled"))
     assert not result.layouts and "RA-E002" in result.rejections
+
+
+def test_bundled_engine_plans_ep_for_qwen3_moe_and_rejects_tp_on_its_moe_layers():
+    result = plan(make_request("qwen3-30b-a3b", 8, "h100", engine="bundled"))
+    assert result.fitting and all(r.layout.tp == 1 and r.layout.etp == 1 for r in result.layouts)
+    assert {r.layout.ep for r in result.layouts} > {1}
+    assert "RA-E007" in result.rejections  # TP > 1 (and selective recompute with EP), with the reason
 
 
 def test_bundled_fp8_plans_data_parallel_on_hopper_and_nothing_on_cpu(capsys):
@@ -219,12 +226,12 @@ def test_cli_plan_unknown_gpu_exits_2(capsys):
 
 
 def test_cli_plan_without_a_precision_reports_the_rule_not_a_missing_precision(capsys):
-    # tiny-moe has no bundled recipe: the contract has no precision, so the default applies and the
-    # bundled trainer's MoE rule is what the user reads.
-    assert main(["plan", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 0
+    # olmoe-7b has no bundled recipe: the precision comes from its contract, and the bundled trainer's
+    # MoE-family rule is what the user reads.
+    assert main(["plan", "--model", "olmoe-7b", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 0
     captured = capsys.readouterr()
     assert "unknown precision" not in captured.err + captured.out
-    assert "RA-E002" in captured.out and "MoE" in captured.out and ", bf16," in captured.out
+    assert "RA-E002" in captured.out and "MoE" in captured.out and ", fp32," in captured.out
 
 
 @pytest.mark.parametrize("flag, field, least", [("--seq-length", "seq_length", 2),

@@ -118,10 +118,18 @@ def test_unknown_gpu_type_lists_the_known_ones(capsys):
     assert "unknown GPU type 'h1000'" in err and "h100" in err and "b300" in err
 
 
-def test_bundled_engine_refuses_moe_with_the_reason():
+def test_bundled_engine_refuses_an_moe_family_it_does_not_build_with_the_reason():
     with pytest.raises(PlanError) as err:
-        recommend("qwen3-30b-a3b", 8, "h100", engine="bundled")
-    assert "MoE" in str(err.value) and "megatron" in str(err.value)
+        recommend("olmoe-7b", 8, "h100", engine="bundled")
+    assert "MoE model of type 'olmoe'" in str(err.value) and "megatron" in str(err.value)
+
+
+def test_bundled_engine_plans_expert_parallel_for_qwen3_moe():
+    rec = recommend("qwen3-30b-a3b", 8, "h100", goal="sft", engine="bundled")
+    d = rec.config["distributed"]
+    assert d["strategy"] == "fsdp2" and d["ep_size"] > 1 and d["tp_size"] == 1 and d["etp_size"] == 1
+    assert d["activation_checkpointing"] != "selective"  # not with expert parallel (RA-E007)
+    assert not [f for f in validate_text(rec.config_yaml).findings if f.severity == "error"]
 
 
 def test_json_output_has_config_layout_and_commands(capsys):
@@ -272,7 +280,7 @@ def test_one_gpu_peft_switch_keeps_the_peft_recipes_contract(capsys):
 
 @pytest.mark.parametrize("kwargs, field, says", [
     ({"model": "llama3-8b", "gpus": 8, "gpu_type": "a100-80gb", "precision": "fp8"}, "precision", "RA-P001"),
-    ({"model": "qwen3-30b-a3b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine", "--engine megatron"),
+    ({"model": "olmoe-7b", "gpus": 8, "gpu_type": "h100", "engine": "bundled"}, "engine", "--engine megatron"),
 ])
 def test_rule_rejections_name_the_request_field(kwargs, field, says):
     with pytest.raises(PlanError) as err:
@@ -373,6 +381,6 @@ def test_recommend_prefers_a_pipeline_the_library_recipe_can_launch(model, gpus)
 
 def test_an_moe_model_on_the_cpu_card_is_sent_to_a_gpu_type_too(capsys):
     """The fix said --engine megatron, which the cpu card refuses in turn."""
-    assert main(["recommend", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 2
+    assert main(["recommend", "--model", "olmoe-7b", "--gpus", "2", "--gpu-type", "cpu", "--engine", "bundled"]) == 2
     fix = capsys.readouterr().err.split("Fix:")[-1]
     assert "--engine megatron" in fix and "--gpu-type" in fix

@@ -39,6 +39,7 @@ def models(tmp_path_factory):
     return {
         "dense": make("dense", **DENSE),
         "moe": make("moe", **MOE),
+        "moe_unbuilt": make("moe_unbuilt", **dict(MOE, model_type="qwen2_moe")),
         "moe60": make("moe60", **dict(MOE, num_experts=60)),
         "big": make("big", **BIG),
         "bigmoe": make("bigmoe", **BIG_MOE),
@@ -103,7 +104,8 @@ CASES = [
                           "hardware.gpu_type": "l40s", "distributed.tp_size": 1,
                           "distributed.sequence_parallel": False}),
     ("RA-E001", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.cp_size": 2}),
-    ("RA-E002", "moe", {"distributed.strategy": "fsdp2", **MOCK}),
+    ("RA-E002", "moe_unbuilt", {"distributed.strategy": "fsdp2", **MOCK}),
+    ("RA-E007", "moe", {"distributed.strategy": "fsdp2", **MOCK}),  # TP 2 does not split the MoE layers
     ("RA-E004", "dense", {"distributed.strategy": "fsdp2", **MOCK,
                           "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
     ("RA-E003", "dense", {"distributed.strategy": "fsdp2", **MOCK, "hardware.gpu_type": "b200", "precision": "nvfp4"}),

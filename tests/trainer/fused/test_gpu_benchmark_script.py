@@ -104,7 +104,8 @@ def test_dry_run_on_the_lent_machine_installs_only_what_is_missing_and_nothing_y
     assert any("kernel_check.py --device cuda --out-dir " + str(out_dir) in line for line in lines)
     dense = next(line for line in lines if "--name dense-bf16" in line)
     assert dense.startswith("+ timeout ") and "--time-budget" in dense and dense.endswith("--steps 10")
-    assert "skipped: the bundled trainer has no MoE support yet" in text
+    moe = next(line for line in lines if "--name moe-bf16" in line)
+    assert "--model qwen3-30b-a3b --layers 4 --no-compile" in moe and moe.endswith("--steps 10")
     assert any("--name dense-fp8" in line and "--fp8" in line for line in lines)
     assert not site.exists() and not out_dir.exists()  # a dry run installs and writes nothing
 
@@ -138,12 +139,14 @@ def test_run_sh_smoke_runs_every_phase_and_leaves_the_json(tmp_path) -> None:
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " -m pip install" not in out.stdout  # the interpreter's packages, as they are
-    for name in ("run.log", "kernel_check.json", "dense-bf16.json", "throughput_rows.json"):
+    for name in ("run.log", "kernel_check.json", "dense-bf16.json", "moe-bf16.json", "throughput_rows.json"):
         assert (out_dir / name).is_file(), name
     assert "kernel checks: 4 of 4 ok" in out.stdout and "dense-bf16: " in out.stdout
     assert "skipped: fp8 needs a CUDA GPU" in out.stdout
     assert "== done in" in (out_dir / "run.log").read_text()
-    assert len(json.loads((out_dir / "throughput_rows.json").read_text())) == 1
+    assert len(json.loads((out_dir / "throughput_rows.json").read_text())) == 2  # dense and MoE
+    moe = json.loads((out_dir / "moe-bf16.json").read_text())  # the MoE phase's tiny stand-in: tiny-moe
+    assert moe["model"] == "tiny-moe (smoke)" and moe["moe"] == {"experts": 8, "top_k": 2, "expert_ffn": 32}
 
 
 def test_fetch_wheels_dry_run_downloads_nothing(tmp_path) -> None:
@@ -165,3 +168,11 @@ def test_gpu_names_map_to_hardware_cards() -> None:
     assert detect_gpu_type("NVIDIA H100 80GB HBM3") == "h100"
     assert detect_gpu_type("NVIDIA H200") == "h200"
     assert detect_gpu_type("Tesla T4") is None
+
+
+def test_dry_run_of_the_moe_phase_alone(tmp_path) -> None:
+    lines = _dry_run(tmp_path, GPU_BENCH_MODE="machine", WHEELS=str(tmp_path / "none"), OUT=str(tmp_path / "out"),
+                     GPU_BENCH_ONLY="moe")
+    text = "\n".join(lines)
+    assert "kernel_check.py" not in text and "--name dense-bf16" not in text and "--name dense-fp8" not in text
+    assert any("--name moe-bf16" in line and "--layers 4" in line for line in lines)

@@ -1,0 +1,62 @@
+"""Expert parallel equals one process, for real: `torch.distributed.run` with gloo on CPU runs
+dist_scripts/expert_parallel_equivalence.py; each test checks the files its case wrote.
+
+EP=2 over 2 processes (Qwen3-MoE built on meta; Mixtral with full activation checkpointing and the chunked
+loss) and FSDP2 over an MoE without EP; EP=2 x DP=2 and EP=4 need 4 processes and are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.distributed.test_parallel_dist import launch
+
+SCRIPT = Path(__file__).resolve().parent / "dist_scripts" / "expert_parallel_equivalence.py"
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("expert2")
+    launch(2, ["ep2", "ep2_mixtral_ac", "fsdp2_moe"], out, timeout=240, script=SCRIPT)
+    return out
+
+
+def check_case(out: Path, case: str, world_size: int, ep_size: int, local_experts: int) -> None:
+    result = json.loads((out / f"{case}.json").read_text())
+    assert (result["world_size"], result["ep_size"]) == (world_size, ep_size)
+    assert result["expert_local_shape"][0] == local_experts  # experts really split (then FSDP over edp)
+    assert result["init_diff"] == 0.0
+    assert len(result["losses"]) == 3
+    for got, expected in zip(result["losses"], result["reference_losses"]):
+        assert got == pytest.approx(expected, abs=TOLERANCE)
+    # The load-balancing loss and the expert load are those of the whole batch, as one process sees it.
+    for got, expected in zip(result["aux"], result["reference_aux"]):
+        assert got == pytest.approx(expected, abs=TOLERANCE)
+    assert result["aux"][0] >= 1.0 - 1e-6  # E * sum f_i P_i is 1 when balanced, more otherwise
+    assert result["loads"] == result["reference_loads"]
+    assert result["grad_diff"] < TOLERANCE
+    assert result["weight_diff"] < TOLERANCE
+    assert result["weight_change"] > 100 * TOLERANCE  # the weights moved, so equality means something
+
+
+def test_ep2_equals_one_process(two_process_results: Path) -> None:
+    check_case(two_process_results, "ep2", world_size=2, ep_size=2, local_experts=2)
+
+
+def test_ep2_mixtral_checkpointed_chunked_equals_one_process(two_process_results: Path) -> None:
+    check_case(two_process_results, "ep2_mixtral_ac", world_size=2, ep_size=2, local_experts=2)
+
+
+def test_fsdp2_moe_without_ep_equals_one_process(two_process_results: Path) -> None:
+    check_case(two_process_results, "fsdp2_moe", world_size=2, ep_size=1, local_experts=2)
+
+
+@pytest.mark.slow
+def test_ep2_dp2_and_ep4_equal_one_process(tmp_path: Path) -> None:
+    launch(4, ["ep2_dp2", "ep4"], tmp_path, timeout=400, script=SCRIPT)
+    check_case(tmp_path, "ep2_dp2", world_size=4, ep_size=2, local_experts=1)
+    check_case(tmp_path, "ep4", world_size=4, ep_size=4, local_experts=1)
