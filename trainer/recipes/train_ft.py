@@ -142,7 +142,10 @@ class TrainFinetuneRecipe(BaseRecipe):
             model_io.freeze_all_but_adapters(model)
         # 5-7. sharding (TP, then FSDP2 or DDP), device placement (materialisation), compile per block
         self.mesh, self.dp_group, self.dp_size = model_io.build_device_mesh(cfg, info)
+        # The ranks that average gradients: data parallel x context parallel (trainer/distributed/mesh.py).
+        self.grad_group, self.grad_size = model_io.gradient_group(self.mesh)
         self.model = model_io.parallelize(model, self.mesh, cfg, info.device)
+        self.sequence_sharder = model_io.apply_context_parallel(self.model, self.mesh)
         if self.restore_path is not None:
             model_io.restore_weights_after_sharding(self.model, self.restore_path, peft=cfg.peft is not None)
 
@@ -251,6 +254,10 @@ class TrainFinetuneRecipe(BaseRecipe):
         device = self.dist.device
         input_ids = batch["input_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)
+        if self.sequence_sharder is not None:  # context parallel: this rank's tokens, their positions and labels
+            input_ids, labels, positions = self.sequence_sharder(input_ids, labels)
+            with self.autocast:
+                return self.loss_fn(self.model, input_ids, labels, position_ids=positions)
         with self.autocast:
             return self.loss_fn(self.model, input_ids, labels)
 
@@ -261,8 +268,9 @@ class TrainFinetuneRecipe(BaseRecipe):
         counts = torch.tensor([float(local_labels)], dtype=torch.float64, device=device)
         self._dp_all_reduce(counts)
         label_tokens = max(counts.item(), 1.0)
-        # Sum-reduced loss over the global batch's label tokens; x dp_size undoes DDP/FSDP's gradient mean.
-        scale = self.dp_size / label_tokens
+        # Sum-reduced loss over the global batch's label tokens; x grad_size (data x context parallel ranks)
+        # undoes DDP/FSDP's gradient mean.
+        scale = self.grad_size / label_tokens
         loss_sum = torch.zeros((), dtype=torch.float32, device=device)
         for i, batch in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
@@ -277,13 +285,18 @@ class TrainFinetuneRecipe(BaseRecipe):
         self.optimizer.step()
         self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self._dp_all_reduce(loss_sum)
+        self._grad_all_reduce(loss_sum)
         tokens = len(micro_batches) * micro_batches[0]["input_ids"].numel() * self.dp_size
         return loss_sum.item() / label_tokens, float(grad_norm), lr, tokens
 
     def _dp_all_reduce(self, tensor: torch.Tensor) -> None:
         if dist.is_initialized() and self.dp_size > 1:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
+
+    def _grad_all_reduce(self, tensor: torch.Tensor) -> None:
+        """Sum over data x context parallel ranks (a CP rank's loss covers its share of each sequence)."""
+        if dist.is_initialized() and self.grad_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.grad_group)
 
     def _metrics(self, epoch: int, loss: float, grad_norm: float, lr: float, tokens: int,
                  seconds: float) -> MetricsSample:
@@ -307,7 +320,7 @@ class TrainFinetuneRecipe(BaseRecipe):
             totals[0] += batch_loss.double()
             totals[1] += num_labels
             tokens += batch["input_ids"].numel() * self.dp_size
-        self._dp_all_reduce(totals)
+        self._grad_all_reduce(totals)
         self.model.train()
         reshard_after_no_grad_forward(self.model)
         val_loss = (totals[0] / totals[1].clamp(min=1)).item()
