@@ -39,7 +39,7 @@ def check_context_parallel(cfg: Any) -> None:
                               f"double divides {seq}")
 
 
-def check_pipeline(cfg: Any, layers: Optional[int]) -> None:
+def check_pipeline(cfg: Any, layers: Optional[int], world_size: Optional[int] = None) -> None:
     """What PP composes with in the bundled trainer, and whether the layers split over PP x VP stages.
     ``layers`` None: the model's depth is not known yet (the workers check it)."""
     d = cfg.distributed
@@ -59,6 +59,19 @@ def check_pipeline(cfg: Any, layers: Optional[int]) -> None:
     if cfg.peft is not None:
         raise ConfigError("distributed.pp_size: pipeline parallel does not run LoRA (peft) in the bundled trainer; "
                           "set distributed.pp_size: 1 or remove the peft section")
+    if cfg.validation_dataset is not None:
+        raise ConfigError("validation_dataset: the bundled trainer does not validate through a pipeline yet; remove "
+                          "validation_dataset or set distributed.pp_size: 1")
+    s = cfg.step_scheduler
+    if world_size is not None and world_size % (d.pp_size * d.tp_size * d.cp_size) == 0:
+        dp = world_size // (d.pp_size * d.tp_size * d.cp_size)
+        micro = s.global_batch_size // max(s.local_batch_size * dp, 1)
+        if 0 < micro < d.pp_size:
+            raise ConfigError(f"step_scheduler.global_batch_size: {s.global_batch_size} gives {micro} micro batch(es) "
+                              f"of local_batch_size {s.local_batch_size} per data-parallel rank ({dp}), fewer than "
+                              f"the {d.pp_size} pipeline stages (1F1B keeps every stage busy with one each); raise "
+                              f"global_batch_size to {s.local_batch_size * dp * d.pp_size} or more, or lower "
+                              "local_batch_size")
     if layers is None:
         return
     if d.pp_size > layers:
@@ -74,4 +87,4 @@ def check_pipeline(cfg: Any, layers: Optional[int]) -> None:
 def check_layout(cfg: Any, world_size: int, layers: Optional[int]) -> None:
     check_world(cfg, world_size)
     check_context_parallel(cfg)
-    check_pipeline(cfg, layers)
+    check_pipeline(cfg, layers, world_size)

@@ -82,6 +82,10 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
 
     check_context_parallel(cfg)
     check_pipeline(cfg, getattr(model_config, "num_hidden_layers", None))
+    if cfg.distributed.pp_size > 1 and getattr(model_config, "tie_word_embeddings", False):
+        raise ConfigError("distributed.pp_size: this model ties its LM head to the input embedding "
+                          "(tie_word_embeddings), which the bundled pipeline cannot split over the first and last "
+                          "stages; set distributed.pp_size: 1 (context parallel or FSDP2 instead)")
     seq = cfg.dataset.seq_length
     if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
         raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
@@ -237,8 +241,23 @@ def _tokenizer_beside(cfg: RecipeConfig, folder: Path) -> None:
     write_special_token_ids(folder)
 
 
-def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:
-    """Collective (gathers full tensors); rank 0 writes.
+def build_pipeline(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device, micro_batches: int):
+    """Pipeline parallel: this rank's stages, sharded, with their schedule (trainer/distributed/pipeline.py)."""
+    from trainer.distributed.pipeline import build_pipeline as build
+
+    d = cfg.distributed
+    try:
+        return build(model, mesh, vp_size=d.vp_size or 1, schedule=None, strategy=d.strategy,
+                     precision=compute_precision(cfg.precision), activation_checkpointing=d.activation_checkpointing,
+                     device=device, micro_batches=micro_batches, grad_reduce_dtype=d.grad_reduce_dtype)
+    except ValueError as exc:
+        raise ConfigError(f"distributed.pp_size: {exc}") from None
+
+
+def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo,
+                     gather=None) -> None:
+    """Collective (gathers full tensors); rank 0 writes. ``gather``: merges the full tensors of every
+    pipeline stage onto rank 0 (pipeline parallel).
 
     Full runs: ``consolidated/`` (Hugging Face config.json + safetensors), or with
     ``checkpoint.save_consolidated: false`` only ``sharded/`` (DCP, one file per rank). LoRA runs: the adapter
@@ -258,6 +277,8 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         return
     if cfg.peft is None:
         state = full_state_dict(model)
+        if gather is not None:
+            state = gather(state)
         if info.is_main:
             save_hf_model(state, config, out_dir / CONSOLIDATED)
             _tokenizer_beside(cfg, out_dir / CONSOLIDATED)

@@ -27,13 +27,13 @@ BF16_REDUCE_TOLERANCE = 1e-4
 BF16_REDUCE_GRAD_TOLERANCE = 1e-3
 
 
-def launch(nproc: int, cases: list[str], out: Path, timeout: int) -> None:
+def launch(nproc: int, cases: list[str], out: Path, timeout: int, script: Path = SCRIPT) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     cmd = [
         # --standalone: the launcher binds its own free port (a port found free and bound seconds later can be
         # taken by the other xdist worker meanwhile)
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-        str(SCRIPT), "--out", str(out), *cases,
+        str(script), "--out", str(out), *cases,
     ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

@@ -32,7 +32,6 @@ CASES = {
     "cp2_dp2": ("llama3", 2, "fsdp2", 2, 1, 1, None, 1),
     "pp2": ("llama", 3, "fsdp2", 1, 2, 1, "1f1b", 4),
     "pp2_vp2": ("qwen3", 4, "fsdp2", 1, 2, 2, "interleaved_1f1b", 4),
-    "pp2_tied": ("qwen3_tied", 2, "fsdp2", 1, 2, 1, "1f1b", 2),
     "pp2_dp2": ("llama", 3, "fsdp2", 1, 2, 1, "1f1b", 2),
 }
 STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 16, 7
