@@ -20,9 +20,15 @@ CAPABILITIES: dict = {
     # Megatron-style column/row splits via DTensor; with FSDP2 on a (dp, tp) mesh, never with DDP.
     "tensor_parallel": True,
     "sequence_parallel": True,
-    "pipeline_parallel": False,
-    "virtual_pipeline": False,
-    "context_parallel": False,
+    # torch.distributed.pipelining, stages cut at Megatron's split (trainer/contract/pipeline_split.py), FSDP2
+    # within each stage; vp_size > 1 runs interleaved 1F1B (trainer/distributed/pipeline.py).
+    "pipeline_parallel": True,
+    "virtual_pipeline": True,
+    "pipeline_schedules": ["1f1b", "interleaved_1f1b"],
+    # Load-balanced chunks (2 x CP per sequence), keys and values all-gathered over the cp mesh dimension
+    # (trainer/distributed/context_parallel.py); with FSDP2 or DDP over dp x cp, and with TP.
+    "context_parallel": True,
+    "cp_attention": "all_gather_kv",
     "expert_parallel": False,
     "moe": False,
     "recompute": ["none", "selective", "full"],
@@ -53,6 +59,12 @@ CAPABILITIES: dict = {
     "tp_with_ddp": False,
     "tp_with_lora": False,
     "chunked_loss_with_tp": False,
+    # What pipeline parallel does not combine with here (trainer/contract/layout_checks.py check_pipeline).
+    "pp_with_ddp": False,
+    "pp_with_tp": False,
+    "pp_with_cp": False,
+    "pp_with_lora": False,
+    "pp_with_tied_embeddings": False,
 }
 
 

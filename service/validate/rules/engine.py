@@ -94,6 +94,26 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
                      key=f"distributed.{missing[0]}")
 
 
+@layout_rule("RA-E007", "error", "distributed.pp_size", "what the bundled pipeline combines with",
+             "trainer/contract/capabilities.py pp_with_*; trainer/contract/layout_checks.py check_pipeline")
+def bundled_pipeline_combinations(f: Facts) -> Optional[Violation]:
+    if not bundled(f) or f.layout.pp == 1 or not CAPABILITIES.get("pipeline_parallel"):
+        return None
+    lay = f.layout
+    refused = [what for what, on, cap in (
+        ("strategy ddp", f.strategy == "ddp", "pp_with_ddp"),
+        (f"tp_size {lay.tp}", lay.tp > 1, "pp_with_tp"),
+        (f"cp_size {lay.cp}", lay.cp > 1, "pp_with_cp"),
+        ("LoRA (peft)", f.peft, "pp_with_lora"),
+        ("tied embeddings", f.model is not None and f.model.tie_word_embeddings, "pp_with_tied_embeddings"),
+    ) if on and not CAPABILITIES.get(cap)]
+    if not refused:
+        return None
+    return Violation(f"pp_size {lay.pp} in the bundled trainer does not combine with {', '.join(refused)}",
+                     "set distributed.pp_size: 1 (FSDP2, TP or CP instead), or drop what it does not combine with",
+                     key="distributed.pp_size")
+
+
 @layout_rule("RA-E002", "error", "model.pretrained_model_name_or_path", "the bundled trainer's model families",
              "trainer/contract/capabilities.py model_types / moe")
 def bundled_trainer_models(f: Facts) -> Optional[Violation]:
