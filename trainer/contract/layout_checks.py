@@ -17,10 +17,13 @@ PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b")
 def check_world(cfg: Any, world_size: int) -> None:
     d = cfg.distributed
     model_parallel = d.tp_size * d.cp_size * d.pp_size
+    if d.cp_size == d.pp_size == 1:
+        return  # tp_size alone: the pre-flight's own check names it
     if world_size % model_parallel:
-        raise ConfigError(f"distributed: tp_size x cp_size x pp_size = {d.tp_size} x {d.cp_size} x {d.pp_size} = "
-                          f"{model_parallel} does not divide the {world_size} processes; pick sizes whose product "
-                          f"divides {world_size}")
+        keys = [f"distributed.{key}" for key in ("pp_size", "cp_size", "tp_size") if getattr(d, key) > 1]
+        raise ConfigError(f"{' x '.join(keys)}: tp_size x cp_size x pp_size = {d.tp_size} x {d.cp_size} x "
+                          f"{d.pp_size} = {model_parallel} does not divide the {world_size} processes; pick sizes "
+                          f"whose product divides {world_size}")
 
 
 def check_context_parallel(cfg: Any) -> None:
