@@ -38,7 +38,8 @@ CAPABILITIES: dict = {
     # Float8 training through torchao (optional extra `gpu`): eligible linears swapped for
     # Float8Linear with dynamic tensor-wise scaling, LM head kept in bf16; only on FP8_ARCHS, with
     # data parallel only. Hardware-dependent, hence apart from "precisions": see supports_precision.
-    "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False},
+    "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False,
+            "pipeline_parallel": False, "context_parallel": False},
     "peft": ["lora"],
     "model_types": ["llama", "qwen2", "qwen3", "mistral"],
     "rope_types": ["default", "linear", "llama3"],
@@ -74,14 +75,17 @@ def supports(dimension: str) -> bool:
     return bool(value)
 
 
-def supports_precision(precision: str, arch: Optional[str] = None, tp_size: int = 1) -> bool:
+def supports_precision(precision: str, arch: Optional[str] = None, tp_size: int = 1, *, pp_size: int = 1,
+                       cp_size: int = 1) -> bool:
     """Whether the trainer trains in `precision` on hardware of `arch` (a HardwareCard's `arch`;
-    None: any hardware) with tensor parallel size `tp_size`."""
+    None: any hardware) with tensor, pipeline and context parallel sizes `tp_size`, `pp_size`, `cp_size`."""
     if precision in CAPABILITIES["precisions"]:
         return True
     if precision != "fp8":
         return False
     fp8 = CAPABILITIES["fp8"]
-    if tp_size > 1 and not fp8["tensor_parallel"]:
-        return False
+    for size, dimension in ((tp_size, "tensor_parallel"), (pp_size, "pipeline_parallel"),
+                            (cp_size, "context_parallel")):
+        if size > 1 and not fp8.get(dimension, False):
+            return False
     return arch is not None and arch.lower() in fp8["archs"]

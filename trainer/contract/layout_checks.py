@@ -87,7 +87,19 @@ def check_pipeline(cfg: Any, layers: Optional[int], world_size: Optional[int] = 
                           f"{fits} or a smaller pp_size")
 
 
+def check_fp8(cfg: Any) -> None:
+    """torchao float8 runs with data parallel only here: not inside a pipeline or a CP group (untested there)."""
+    d = cfg.distributed
+    if cfg.precision != "fp8":
+        return
+    for key, size in (("pp_size", d.pp_size), ("cp_size", d.cp_size)):
+        if size > 1:
+            raise ConfigError(f"distributed.{key}: precision fp8 runs with data parallel only in the bundled trainer, "
+                              f"not with {key} {size}; set distributed.{key}: 1 or precision: bf16")
+
+
 def check_layout(cfg: Any, world_size: int, layers: Optional[int]) -> None:
+    check_fp8(cfg)
     check_world(cfg, world_size)
     check_context_parallel(cfg)
     check_pipeline(cfg, layers, world_size)

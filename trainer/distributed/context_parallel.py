@@ -58,24 +58,78 @@ class _GatherSequence(torch.autograd.Function):
         return grad.narrow(2, start, ctx.length).contiguous(), None, None, None
 
 
+class _PrefixThenCausal(torch.autograd.Function):
+    """softmax attention of a query chunk over a fully visible prefix of keys and then its own chunk (causal), as
+    two flash-attention blocks merged by their log-sum-exp (as ring attention merges its blocks). Memory stays
+    linear in the sequence: no [queries, keys] score or mask matrix. The backward runs each block's flash
+    backward with the merged output and log-sum-exp, which gives exactly the gradients of the whole softmax.
+    CPU kernels (aten ``_scaled_dot_product_flash_attention_for_cpu``, which takes fewer key/value heads (GQA)
+    and strided key/value views of the whole sequence: nothing is copied)."""
+
+    @staticmethod
+    def forward(ctx, q, k_prefix, v_prefix, k_own, v_own):
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        out_prefix, lse_prefix = flash(q, k_prefix, v_prefix, 0.0, False)
+        out_own, lse_own = flash(q, k_own, v_own, 0.0, True)
+        lse = torch.logaddexp(lse_prefix, lse_own)
+        out = (out_prefix * torch.exp(lse_prefix - lse).unsqueeze(-1).to(out_prefix.dtype)
+               + out_own * torch.exp(lse_own - lse).unsqueeze(-1).to(out_own.dtype)).contiguous()
+        ctx.save_for_backward(q, k_prefix, v_prefix, k_own, v_own, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+        q, k_prefix, v_prefix, k_own, v_own, out, lse = ctx.saved_tensors
+        grad = grad.contiguous()
+        dq_prefix, dk_prefix, dv_prefix = backward(grad, q, k_prefix, v_prefix, out, lse, 0.0, False)
+        dq_own, dk_own, dv_own = backward(grad, q, k_own, v_own, out, lse, 0.0, True)
+        return dq_prefix + dq_own, dk_prefix, dv_prefix, dk_own, dv_own
+
+
+def _blockwise_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                      chunk: int) -> torch.Tensor:
+    """This rank's queries (two chunks, ``positions`` ascending) over the whole sequence's keys and values in
+    global order, chunk by chunk: keys before the chunk are all visible, the chunk's own are causal."""
+    outputs = []
+    for part in range(q.shape[2] // chunk):
+        start = int(positions[part * chunk])
+        q_part = q[:, :, part * chunk:(part + 1) * chunk]
+        k_own, v_own = k[:, :, start:start + chunk], v[:, :, start:start + chunk]
+        if start == 0:
+            outputs.append(torch.nn.functional.scaled_dot_product_attention(
+                q_part, k_own, v_own, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]))
+        else:
+            outputs.append(_PrefixThenCausal.apply(q_part, k[:, :, :start], v[:, :, :start], k_own, v_own))
+    return torch.cat(outputs, dim=2)
+
+
 class GatherKeysValues:
-    """Set as ``Attention.kv_exchange``: gives the keys and values of the whole sequence and the mask
-    of this rank's queries over them (causal on the true positions, and the sliding window if any)."""
+    """Set as ``Attention.kv_exchange``: gathers the keys and values of the whole sequence over the CP group and
+    attends this rank's queries to them. Plain causal SDPA on CPU runs blockwise (:func:`_blockwise_causal`,
+    memory linear in the sequence); a sliding window, eager attention or another device runs the model's own
+    attention function under the mask of the true positions (causal, and the window if any)."""
 
     def __init__(self, group, cp_size: int, cp_rank: int):
         self.group, self.cp_size, self.cp_rank = group, cp_size, cp_rank
 
-    def __call__(self, k: torch.Tensor, v: torch.Tensor, sliding_window: Optional[int]):
-        local_len = k.shape[2]
-        seq_len = local_len * self.cp_size
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sliding_window: Optional[int],
+                 attention) -> torch.Tensor:
+        from trainer.models.decoder import sdpa_attention
+
+        seq_len = k.shape[2] * self.cp_size
         k_all = _GatherSequence.apply(k, self.group, self.cp_size, self.cp_rank)
         v_all = _GatherSequence.apply(v, self.group, self.cp_size, self.cp_rank)
         q_pos = local_positions(seq_len, self.cp_size, self.cp_rank, k.device)
         k_pos = torch.cat([local_positions(seq_len, self.cp_size, r, k.device) for r in range(self.cp_size)])
+        if sliding_window is None and attention is sdpa_attention and q.device.type == "cpu":
+            order = torch.argsort(k_pos)  # the gathered chunks in sequence order
+            k_all, v_all = k_all.index_select(2, order), v_all.index_select(2, order)
+            return _blockwise_causal(q, k_all, v_all, q_pos, seq_len // (2 * self.cp_size))
         mask = k_pos[None, :] <= q_pos[:, None]
         if sliding_window is not None:
             mask &= (q_pos[:, None] - k_pos[None, :]) < sliding_window
-        return k_all, v_all, mask
+        return attention(q, k_all, v_all, mask)
 
 
 def apply_context_parallel(model: torch.nn.Module, cp_mesh) -> None:

@@ -25,10 +25,10 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from trainer.contract.pipeline_split import stage_layer_counts
+from trainer.fused.linear_cross_entropy import linear_cross_entropy
 from trainer.models.builder import InitSource, fill_parameters
 from trainer.models.decoder import CausalLM
 
@@ -49,16 +49,22 @@ def stage_layers(layers: int, pp_size: int, vp_size: int) -> list[range]:
 
 
 class DecoderStage(nn.Module):
-    """One pipeline stage: [embedding] -> its blocks -> [final norm -> LM head]. Input: token ids on the first
-    stage, hidden states elsewhere; output: logits on the last stage, hidden states elsewhere."""
+    """One pipeline stage: [embedding] -> its blocks -> [final norm -> LM head and loss]. Input: token ids on the
+    first stage, hidden states elsewhere. Output: hidden states, or on the last stage the summed token
+    cross-entropy of the micro batch, computed here, inside the stage's forward, so that FSDP2 gathers the head for
+    it and the fused chunked loss (trainer/fused/linear_cross_entropy.py) never holds the whole logits. The labels
+    of the step's micro batches wait in ``pending_labels``, taken in order (the last stage runs its forwards in
+    micro-batch order under every schedule)."""
 
-    def __init__(self, lm: CausalLM, layer_keys: list[str], first: bool, last: bool):
+    def __init__(self, lm: CausalLM, layer_keys: list[str], first: bool, last: bool, loss_kernels: str = "torch"):
         super().__init__()
         self.embed_tokens = lm.model.embed_tokens if first else None
         self.layers = nn.ModuleList([lm.model.layers[key] for key in layer_keys])
         self.norm = lm.model.norm if last else None
         self.lm_head = lm.lm_head if last else None
         self.rotary_emb = lm.model.rotary_emb
+        self.loss_kernels = loss_kernels
+        self.pending_labels: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(x) if self.embed_tokens is not None else x
@@ -68,7 +74,10 @@ class DecoderStage(nn.Module):
             h = block(h, cos, sin)
         if self.lm_head is None:
             return h
-        return self.lm_head(self.norm(h))
+        hidden = self.norm(h).reshape(-1, h.shape[-1])
+        labels = self.pending_labels.pop(0).to(h.device).reshape(-1)
+        return linear_cross_entropy(hidden, self.lm_head.weight, labels, ignore_index=IGNORE_INDEX,
+                                    kernels=self.loss_kernels)
 
 
 def trim_to_rank(lm: CausalLM, stage_ranges: list[range], stage_ids: list[int]) -> list[list[str]]:
@@ -85,26 +94,57 @@ def trim_to_rank(lm: CausalLM, stage_ranges: list[range], stage_ids: list[int]) 
 
 
 class StageLoss:
-    """The schedule's loss on the last stage: summed token cross-entropy times ``scale`` (set per step)."""
+    """The schedule's loss: the last stage's output (the summed token cross-entropy) times ``scale`` (set per
+    step: data-parallel size / label tokens of the global batch)."""
 
     def __init__(self):
         self.scale = 1.0
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=IGNORE_INDEX, reduction="sum")
+    def __call__(self, loss_sum: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return loss_sum * self.scale
 
 
 @dataclass
 class Pipeline:
     model: CausalLM  # this rank's trimmed model: parameters, optimizer, state dicts
-    stages: list  # torch.distributed.pipelining.PipelineStage, this rank's, in schedule order
-    schedule: Any
-    loss: StageLoss
-    has_first: bool
-    has_last: bool
-    stage_ids: list[int] = field(default_factory=list)
+    modules: list[DecoderStage]  # this rank's stage modules, in schedule order
+    stage_ids: list[int]
+    num_stages: int
+    schedule_name: str
+    micro_batches: int
+    activation_dtype: torch.dtype  # what flows between stages (the compute dtype)
+    device: torch.device
+    pp_group: Any
+    loss: StageLoss = field(default_factory=StageLoss)
+    schedule: Any = None  # built by the first step, which gives the micro batch's shape
+    stages: list = field(default_factory=list)  # torch.distributed.pipelining.PipelineStage, with the schedule
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.stage_ids
+
+    @property
+    def has_last(self) -> bool:
+        return self.num_stages - 1 in self.stage_ids
+
+    def build_schedule(self, micro_input: torch.Tensor) -> None:
+        """The stages with static shapes (a micro batch's ids [b, T]; hidden states [b, T, H] between stages; the
+        loss a scalar): no shape-inference pass, which would run a forward the loss's labels do not expect."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+        ids = torch.empty(micro_input.shape, dtype=micro_input.dtype, device=self.device)
+        hidden = torch.empty((*micro_input.shape, self.model.config.hidden_size), dtype=self.activation_dtype,
+                             device=self.device, requires_grad=True)  # its gradient flows back between stages
+        loss = torch.empty((), dtype=torch.float32, device=self.device)
+        stages = [PipelineStage(module, s, self.num_stages, self.device, group=self.pp_group,
+                                input_args=ids if s == 0 else hidden,
+                                output_args=loss if s == self.num_stages - 1 else hidden)
+                  for s, module in zip(self.stage_ids, self.modules)]
+        self.stages = stages
+        if self.schedule_name == "1f1b":
+            self.schedule = Schedule1F1B(stages[0], self.micro_batches, loss_fn=self.loss, scale_grads=False)
+        else:
+            self.schedule = ScheduleInterleaved1F1B(stages, self.micro_batches, loss_fn=self.loss, scale_grads=False)
 
 
 def apply_checkpointing(lm: CausalLM, mode: str) -> None:
@@ -122,9 +162,8 @@ def apply_checkpointing(lm: CausalLM, mode: str) -> None:
 def build_pipeline(lm: CausalLM, mesh, *, vp_size: int, schedule: Optional[str], strategy: str, precision: str,
                    activation_checkpointing: str, device: torch.device, micro_batches: int,
                    grad_reduce_dtype: str = "fp32") -> Pipeline:
-    """Cut ``lm`` (built on the meta device) into this rank's stages, shard them and build the schedule."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
-
+    """Cut ``lm`` (built on the meta device) into this rank's stages and shard them; the first step builds the
+    schedule."""
     from trainer.distributed.parallelize import PRECISION_DTYPES
 
     pp_mesh = mesh["pp"]
@@ -136,7 +175,9 @@ def build_pipeline(lm: CausalLM, mesh, *, vp_size: int, schedule: Optional[str],
     init_source = getattr(lm, "init_source", None) or InitSource()
     keys = trim_to_rank(lm, stage_ranges, stage_ids)
     apply_checkpointing(lm, activation_checkpointing)
-    modules = [DecoderStage(lm, stage_keys, s == 0, s == num_stages - 1) for s, stage_keys in zip(stage_ids, keys)]
+    loss_kernels = getattr(lm, "loss_kernels", "torch")
+    modules = [DecoderStage(lm, stage_keys, s == 0, s == num_stages - 1, loss_kernels)
+               for s, stage_keys in zip(stage_ids, keys)]
     if strategy == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -152,18 +193,11 @@ def build_pipeline(lm: CausalLM, mesh, *, vp_size: int, schedule: Optional[str],
     for module in modules:
         module.to_empty(device=device)
     fill_parameters(lm, init_source)
-    stages = [PipelineStage(module, s, num_stages, device, group=pp_mesh.get_group())
-              for s, module in zip(stage_ids, modules)]
-    loss = StageLoss()
-    if schedule == "1f1b":
-        if vp_size != 1:
-            raise ValueError("distributed.pipeline_schedule 1f1b runs one stage per rank; vp_size > 1 needs "
-                             "interleaved_1f1b")
-        runner = Schedule1F1B(stages[0], micro_batches, loss_fn=loss, scale_grads=False)
-    else:
-        runner = ScheduleInterleaved1F1B(stages, micro_batches, loss_fn=loss, scale_grads=False)
-    return Pipeline(model=lm, stages=stages, schedule=runner, loss=loss, has_first=0 in stage_ids,
-                    has_last=num_stages - 1 in stage_ids, stage_ids=stage_ids)
+    if schedule == "1f1b" and vp_size != 1:
+        raise ValueError("the 1f1b schedule runs one stage per rank; vp_size > 1 runs interleaved_1f1b")
+    return Pipeline(model=lm, modules=modules, stage_ids=stage_ids, num_stages=num_stages, schedule_name=schedule,
+                    micro_batches=micro_batches, activation_dtype=PRECISION_DTYPES[precision], device=device,
+                    pp_group=pp_mesh.get_group())
 
 
 class PipelineRunner:
@@ -180,10 +214,14 @@ class PipelineRunner:
         token loss of the whole step on every pipeline rank (a fresh tensor, not yet reduced over data parallel).
         """
         p = self.pipeline
+        if p.schedule is None:
+            p.build_schedule(input_ids.tensor_split(p.micro_batches)[0])
         p.loss.scale = scale
         args = (input_ids,) if p.has_first else ()
+        if p.has_last:
+            p.modules[-1].pending_labels = list(labels.tensor_split(p.micro_batches))
         losses: list[torch.Tensor] = []
-        p.schedule.step(*args, target=labels if p.has_last else None, losses=losses)
+        p.schedule.step(*args, target=labels if p.has_last else None, losses=losses, return_outputs=False)
         total = torch.zeros((), dtype=torch.float64, device=input_ids.device)
         for loss in losses:  # scaled micro-batch losses, on the last stage only
             total += loss.detach().double() / scale

@@ -135,13 +135,15 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
              "trainer/contract/capabilities.py precisions, fp8 (supports_precision)")
 def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
     arch = f.hardware.arch if f.hardware is not None else None
-    if not bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
+    lay = f.layout
+    if not bundled(f) or supports_precision(f.precision, arch, lay.tp, pp_size=lay.pp, cp_size=lay.cp):
         return None
     fp8 = CAPABILITIES["fp8"]
     if f.precision == "fp8" and arch in fp8["archs"]:
+        key, size = next((k, v) for k, v in (("tp_size", lay.tp), ("pp_size", lay.pp), ("cp_size", lay.cp)) if v > 1)
         return Violation(f"fp8 in the bundled trainer ({fp8['via']}) runs with data parallel only, not with "
-                         f"tp_size {f.layout.tp}", "set distributed.tp_size: 1, or use precision: bf16",
-                         key="distributed.tp_size")
+                         f"{key} {size}", f"set distributed.{key}: 1, or use precision: bf16",
+                         key=f"distributed.{key}")
     if f.precision == "fp8":
         where = f"{f.hardware.name} ({arch})" if f.hardware is not None else "unknown hardware"
         return Violation(f"fp8 in the bundled trainer needs a GPU of {', '.join(fp8['archs'])}; {where} is not one",

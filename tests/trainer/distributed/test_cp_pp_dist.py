@@ -1,7 +1,7 @@
 """Context parallel and pipeline parallel (1F1B, interleaved 1F1B) equal one process, for real:
 `torch.distributed.run` with gloo on CPU, running dist_scripts/cp_pp_equivalence.py beside this file.
 
-One launch trains every 2-process case; the 4-process meshes (DP x CP, PP x DP) are marked slow.
+One launch trains every 2-process case; the 4-process meshes (DP x CP, CP x TP, PP x DP) are marked slow.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_two_processes_equal_one(two_process_results: Path, case: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cp2_dp2", "pp2_dp2"])
+@pytest.mark.parametrize("case", ["cp2_dp2", "cp2_tp2", "pp2_dp2"])
 def test_four_processes_equal_one(tmp_path: Path, case: str) -> None:
     launch_script(4, [case], tmp_path, timeout=300, script=SCRIPT)
     check_case(tmp_path, case, world_size=4)

@@ -30,11 +30,13 @@ CASES = {
     "cp2_window": ("mistral", 2, "fsdp2", 2, 1, 1, None, 1),
     "cp2_ddp": ("qwen2", 2, "ddp", 2, 1, 1, None, 1),
     "cp2_dp2": ("llama3", 2, "fsdp2", 2, 1, 1, None, 1),
+    "cp2_tp2": ("qwen3", 2, "fsdp2", 2, 1, 1, None, 1),  # tensor parallel 2 inside each CP rank
     "pp2": ("llama", 3, "fsdp2", 1, 2, 1, "1f1b", 4),
     "pp2_vp2": ("qwen3", 4, "fsdp2", 1, 2, 2, "interleaved_1f1b", 4),
     "pp2_dp2": ("llama", 3, "fsdp2", 1, 2, 1, "1f1b", 2),
 }
 STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 16, 7
+TENSOR_PARALLEL = {"cp2_tp2": 2}
 
 
 def batches(vocab_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,12 +136,13 @@ def run_case(case: str, out: Path) -> None:
     dist.barrier()
     data = batches(tiny_config(family).vocab_size)
     init = full_state_dict(build_causal_lm(str(config_path), device="cpu", seed=SEED))
-    mesh = build_layout_mesh(world, cp_size=cp, pp_size=pp)
+    tp = TENSOR_PARALLEL.get(case, 1)
+    mesh = build_layout_mesh(world, tp_size=tp, cp_size=cp, pp_size=pp)
     if pp > 1:
         losses, grads, final = train_pipeline(config_path, mesh, data, layers, vp, schedule, micro_batches, strategy)
     else:
         model = parallelize_model(build_causal_lm(str(config_path), device="meta", seed=SEED), mesh,
-                                  strategy=strategy, precision="fp32", device="cpu")
+                                  strategy=strategy, tp_size=tp, precision="fp32", device="cpu")
         apply_context_parallel(model, mesh["cp"])
         losses, grads, final = train_context_parallel(model, data, mesh)
     (out / f"{case}.rank{rank}.json").write_text(json.dumps({"losses": losses}))
