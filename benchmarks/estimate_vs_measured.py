@@ -42,6 +42,10 @@ CONFIGS = {
     "DDP x2, recompute none": (2, {"strategy": "ddp", "activation_checkpointing": "none"}, None, "bf16"),
     "DDP x2, recompute selective": (2, {"strategy": "ddp", "activation_checkpointing": "selective"}, None, "bf16"),
     "DDP x2, recompute full": (2, {"strategy": "ddp", "activation_checkpointing": "full"}, None, "bf16"),
+    # context parallel: each rank holds half of each sequence; pipeline: each rank one stage, 1F1B over PP micro
+    # batches (the first stage holds PP of them in flight)
+    "FSDP2 x2, CP 2": (2, {"cp_size": 2, "activation_checkpointing": "none"}, None, "bf16"),
+    "FSDP2 x2, PP 2 (1F1B)": (2, {"pp_size": 2, "activation_checkpointing": "none"}, None, "bf16"),
 }
 TERMS = ("weights", "grads", "optimizer", "activations", "fsdp_unsharded")
 TERM_NAMES = {"weights": "weights (sharded)", "grads": "gradients (sharded)", "optimizer": "optimizer states",
@@ -49,11 +53,18 @@ TERM_NAMES = {"weights": "weights (sharded)", "grads": "gradients (sharded)", "o
               "fsdp_unsharded": "FSDP2 unsharded parameters (most in backward)"}
 
 
+def micro_batches(distributed: dict) -> int:
+    """Micro batches per step: one, or PP of them for a pipeline (1F1B fills it)."""
+    return distributed.get("pp_size", 1)
+
+
 def recipe_config(model_dir: Path, out_dir: Path, nproc: int, distributed: dict, peft, precision: str,
                   seq: int = SEQ) -> dict:
+    dp = nproc // (distributed.get("cp_size", 1) * distributed.get("pp_size", 1))
     raw = {
         "model": {"pretrained_model_name_or_path": str(model_dir)},
-        "step_scheduler": {"global_batch_size": MICRO_BATCH * nproc, "local_batch_size": MICRO_BATCH, "max_steps": 1},
+        "step_scheduler": {"global_batch_size": MICRO_BATCH * dp * micro_batches(distributed),
+                           "local_batch_size": MICRO_BATCH, "max_steps": 1},
         "distributed": {"strategy": "fsdp2", **distributed},
         "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": seq, "num_samples": 64},
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-4},
@@ -77,20 +88,25 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft, precision: st
     card = card_from_config(json.loads((model_dir / "config.json").read_text()), "bench-llama", str(model_dir))
     shape = model_shape(card)
     recompute = distributed.get("activation_checkpointing", "none")
-    layout = Layout(micro_batch_size=MICRO_BATCH, recompute=recompute)
+    layout = Layout(micro_batch_size=MICRO_BATCH, recompute=recompute, cp=distributed.get("cp_size", 1),
+                    pp=distributed.get("pp_size", 1))
     sharding = "none" if distributed.get("strategy") == "ddp" else "full"
     model = MemoryModel(shape, world_size=nproc, seq_length=seq, engine="bundled", peft=peft is not None, cpu=True,
                         precision=precision, lora_rank=peft["rank"] if peft else None)
-    weights, grads, optimizer, activations = model.parts(layout, sharding, 1)
-    unsharded = (fsdp2_working_set_bytes(shape, dp_shards=nproc, param_bytes=model.compute_param_bytes)
+    weights, grads, optimizer, activations = model.parts(layout, sharding, micro_batches(distributed))
+    dp_shards = nproc // layout.pp
+    unsharded = (fsdp2_working_set_bytes(shape, dp_shards=dp_shards, param_bytes=model.compute_param_bytes)
                  if sharding == "full" else 0.0)
+    if layout.pp > 1 and sharding == "full":  # the bundled pipeline keeps its whole stage gathered: the weights
+        unsharded = weights - optimizer / 2  # beyond the fp32 shards (half the two fp32 Adam moments)
     # Gradients carry FSDP's unsharded block gradients only with more than one shard (service/estimate/memory.py).
     grad_blocks = (shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * model.compute_param_bytes
-                   if sharding == "full" and nproc > 1 and peft is None else 0.0)
+                   if sharding == "full" and dp_shards > 1 and peft is None else 0.0)
     _, working = model._activation_per_token(1, False, recompute, sharding)
+    tokens = MICRO_BATCH * seq / layout.cp
     return {"weights": weights - unsharded, "grads": grads - grad_blocks, "optimizer": optimizer,
-            "activations": activations - working * MICRO_BATCH * seq, "fsdp_unsharded": unsharded,
-            "recompute_working": working * MICRO_BATCH * seq}
+            "activations": activations - working * tokens, "fsdp_unsharded": unsharded,
+            "recompute_working": working * tokens}
 
 
 def worker(config_path: Path) -> None:
@@ -98,7 +114,7 @@ def worker(config_path: Path) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from trainer.components.memory_probe import measure_recipe_step
+    from trainer.components.memory_probe import measure_pipeline_step, measure_recipe_step
     from trainer.contract.config import parse_config
     from trainer.distributed.dist import init_distributed
     from trainer.recipes.train_ft import TrainFinetuneRecipe
@@ -107,7 +123,7 @@ def worker(config_path: Path) -> None:
     info = init_distributed("gloo")
     recipe = TrainFinetuneRecipe(parse_config(raw), raw, info)
     recipe.setup()
-    measured = measure_recipe_step(recipe)
+    measured = measure_pipeline_step(recipe) if recipe.pipeline is not None else measure_recipe_step(recipe)
     # One file per rank: two ranks printing to one pipe can interleave on a single line.
     result = config_path.parent / f"result_{info.rank}.json"
     partial = result.with_suffix(".tmp")

@@ -274,6 +274,13 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 256, "tie_word_embeddings": False, "rope_theta": 10000.0,
         "attention_bias": False, "rms_norm_eps": 1e-5, "hidden_act": "silu", "architectures": ["LlamaForCausalLM"],
     },
+    # tiny-llama's shape with a long context: context-parallel runs at 8K+ tokens on CPU.
+    "tiny-llama-long": {
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512,
+        "max_position_embeddings": 32768, "tie_word_embeddings": False, "rope_theta": 500000.0,
+        "attention_bias": False, "rms_norm_eps": 1e-5, "hidden_act": "silu", "architectures": ["LlamaForCausalLM"],
+    },
     "tiny-qwen3": {
         "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512,

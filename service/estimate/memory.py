@@ -255,7 +255,12 @@ class MemoryModel:
                 extra_grad_copy = C.MEGATRON_MAIN_GRAD_BYTES if state.grad < C.MEGATRON_MAIN_GRAD_BYTES else 0
                 return Stage(role, fraction, weights + block, adapters / g_d * state.grad,
                              adapters / o_d * (C.ADAM_STATE_BYTES + extra_grad_copy))
-            return Stage(role, fraction, (dense / w_d + expert / w_e) * state.weight + weight_block,
+            working = weight_block
+            if self.engine == "bundled" and pp > 1 and state.unsharded_working_set:
+                # The bundled pipeline keeps its stages gathered from the first forward to the last backward of a
+                # step (trainer/distributed/pipeline.py): the whole stage in the compute dtype.
+                working = (dense + expert) * self.compute_param_bytes
+            return Stage(role, fraction, (dense / w_d + expert / w_e) * state.weight + working,
                          (dense / g_d + expert / g_e) * state.grad + block,
                          (dense / o_d + expert / o_e) * state.optimizer)
 

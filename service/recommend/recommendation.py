@@ -141,8 +141,7 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
             goal, recipe, base, request, result, contract = ("peft", peft_recipe, peft_base, peft_request, peft_plan,
                                                              peft_contract)
     if request.seq_length > C.LONG_CONTEXT:
-        notes.append(f"long context ({request.seq_length} tokens): context parallelism is considered"
-                     + ("" if engine == "megatron" else ", but the bundled trainer has none; activations grow with it"))
+        notes.append(_long_context_note(request.seq_length, engine, result))
     if result.best is None:
         raise _impossible(result, request)
     set_fields = frozenset(name for name, value in given.items() if value is not None)
@@ -217,6 +216,23 @@ def _splittable_length(request) -> Optional[tuple[int, Optional[int]]]:
         return rounded, None
     counts = gpus_that_fit(result)
     return (rounded, counts[0]) if counts else None
+
+
+def _long_context_note(seq_length: int, engine: str, result: Plan) -> str:
+    """What the planner made of context parallel for a long sequence: chosen, or why not."""
+    from trainer.contract.capabilities import CAPABILITIES
+
+    note = f"long context ({seq_length} tokens): context parallelism is considered"
+    if engine != "megatron" and not CAPABILITIES.get("context_parallel"):
+        return note + ", but the bundled trainer has none; activations grow with it"
+    if result.best is None:
+        return note
+    if result.best.structure.cp > 1:
+        return note + f" and chosen: cp_size {result.best.structure.cp} splits each sequence's activations"
+    cp_rows = [row for row in result.layouts if row.structure.cp > 1]
+    if not cp_rows:
+        return note + ", but no CP size fits this world and sequence (2 x CP must divide it, CP the GPUs)"
+    return note + f", but CP 1 ranks first (the plan lists {len(cp_rows)} CP layout(s) below it)"
 
 
 def _impossible(result: Plan, request) -> PlanError:

@@ -191,3 +191,61 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
     recipe.optimizer.zero_grad(set_to_none=True)
     measured.optimizer = optimizer_bytes(recipe.optimizer)
     return measured
+
+
+def measure_pipeline_step(recipe) -> MeasuredMemory:
+    """Measure one optimizer step of a set-up pipelined TrainFinetuneRecipe (distributed.pp_size > 1) on this rank.
+
+    weights, gradients, optimizer states: exact bytes of this rank's stages. activations: the bytes alive when
+    this rank's first backward starts, parameters, gradients and FSDP2 all-gather buffers left out: what the
+    micro batches in flight keep for backward (1F1B: the first stage holds PP of them, the last one). The loss
+    runs inside the last stage's forward, chunked, so its logits are gone by then. activations_peak: the most at
+    any op of the step. fsdp_unsharded: the most bytes of unsharded parameters (and all-gather buffers) alive at
+    once: the pipeline keeps its stages gathered for the whole step.
+    """
+    from torch.distributed.tensor import DTensor
+
+    micro_batches = next(iter(recipe.step_scheduler))
+    model, pipeline = recipe.model, recipe.pipeline.pipeline
+    if pipeline.schedule is None:
+        pipeline.build_schedule(micro_batches[0]["input_ids"])
+    measured = MeasuredMemory(weights=weight_bytes(model))
+    peak = {"acts": 0, "unsharded": 0}
+    kept: dict[str, int] = {}
+
+    def not_activations(tracker: LiveBytes) -> set[int]:
+        grads = _storages(p.grad for p in model.parameters() if p.grad is not None)
+        return set(_storages(model.parameters())) | set(grads) | tracker.all_gather_buffers
+
+    def on_op(tracker: LiveBytes) -> None:
+        unsharded = _storages(p for p in model.parameters() if not isinstance(p, DTensor))
+        held = sum(unsharded.values()) + tracker.bytes_of(set(unsharded), only=tracker.all_gather_buffers)
+        peak["unsharded"] = max(peak["unsharded"], held)
+        peak["acts"] = max(peak["acts"], tracker.bytes_of(not_activations(tracker)))
+
+    def first_backward(stage, tracker: LiveBytes):
+        run = stage.backward_one_chunk
+
+        def wrapped(*args, **kwargs):
+            kept.setdefault("bytes", tracker.bytes_of(not_activations(tracker)))
+            return run(*args, **kwargs)
+        return wrapped
+
+    model.train()
+    with LiveBytes(on_op) as tracker:
+        saved = [(stage, stage.backward_one_chunk) for stage in pipeline.stages]
+        for stage, _ in saved:
+            stage.backward_one_chunk = first_backward(stage, tracker)
+        try:
+            recipe._pipeline_forward_backward(micro_batches, 1.0)
+        finally:
+            for stage, run in saved:
+                stage.backward_one_chunk = run
+    measured.activations = kept.get("bytes", 0)
+    measured.activations_peak = peak["acts"]
+    measured.fsdp_unsharded = peak["unsharded"]
+    measured.grads = grad_bytes(model)
+    recipe.optimizer.step()
+    recipe.optimizer.zero_grad(set_to_none=True)
+    measured.optimizer = optimizer_bytes(recipe.optimizer)
+    return measured

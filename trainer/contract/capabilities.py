@@ -20,9 +20,15 @@ CAPABILITIES: dict = {
     # Megatron-style column/row splits via DTensor; with FSDP2 on a (dp, tp) mesh, never with DDP.
     "tensor_parallel": True,
     "sequence_parallel": True,
-    "pipeline_parallel": False,
-    "virtual_pipeline": False,
-    "context_parallel": False,
+    # torch.distributed.pipelining, stages cut at Megatron's split (trainer/contract/pipeline_split.py), FSDP2
+    # within each stage; vp_size > 1 runs interleaved 1F1B (trainer/distributed/pipeline.py).
+    "pipeline_parallel": True,
+    "virtual_pipeline": True,
+    "pipeline_schedules": ["1f1b", "interleaved_1f1b"],
+    # Load-balanced chunks (2 x CP per sequence), keys and values all-gathered over the cp mesh dimension
+    # (trainer/distributed/context_parallel.py); with FSDP2 or DDP over dp x cp, and with TP.
+    "context_parallel": True,
+    "cp_attention": "all_gather_kv",
     # Experts Shard(0) over an ``ep`` mesh dimension carved out of DP (tokens moved by all-to-all), FSDP2
     # over the expert-data-parallel rest (trainer/distributed/expert_parallel.py). Whole experts per rank:
     # no expert tensor parallel; MoE layers not under TP; not with DDP or selective recompute.
@@ -33,6 +39,9 @@ CAPABILITIES: dict = {
     "moe_with_tp": False,
     "ep_with_ddp": False,
     "ep_with_selective_recompute": False,
+    # One mesh per run: the expert mesh (edp, ep) or the layout mesh (pp, dp, cp); not both yet.
+    "ep_with_cp": False,
+    "ep_with_pp": False,
     "recompute": ["none", "selective", "full"],
     # FSDP2 MixedPrecisionPolicy (param dtype, reduce dtype: distributed.grad_reduce_dtype, fp32 by
     # default); autocast for DDP, whose bf16 reduce is PyTorch's bf16_compress_hook. Everywhere.
@@ -40,7 +49,8 @@ CAPABILITIES: dict = {
     # Float8 training through torchao (optional extra `gpu`): eligible linears swapped for
     # Float8Linear with dynamic tensor-wise scaling, LM head kept in bf16; only on FP8_ARCHS, with
     # data parallel only. Hardware-dependent, hence apart from "precisions": see supports_precision.
-    "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False},
+    "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False,
+            "pipeline_parallel": False, "context_parallel": False},
     "peft": ["lora"],
     "model_types": ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral"],
     "rope_types": ["default", "linear", "llama3"],
@@ -61,6 +71,12 @@ CAPABILITIES: dict = {
     "tp_with_ddp": False,
     "tp_with_lora": False,
     "chunked_loss_with_tp": False,
+    # What pipeline parallel does not combine with here (trainer/contract/layout_checks.py check_pipeline).
+    "pp_with_ddp": False,
+    "pp_with_tp": False,
+    "pp_with_cp": False,
+    "pp_with_lora": False,
+    "pp_with_tied_embeddings": False,
 }
 
 
@@ -70,14 +86,17 @@ def supports(dimension: str) -> bool:
     return bool(value)
 
 
-def supports_precision(precision: str, arch: Optional[str] = None, tp_size: int = 1) -> bool:
+def supports_precision(precision: str, arch: Optional[str] = None, tp_size: int = 1, *, pp_size: int = 1,
+                       cp_size: int = 1) -> bool:
     """Whether the trainer trains in `precision` on hardware of `arch` (a HardwareCard's `arch`;
-    None: any hardware) with tensor parallel size `tp_size`."""
+    None: any hardware) with tensor, pipeline and context parallel sizes `tp_size`, `pp_size`, `cp_size`."""
     if precision in CAPABILITIES["precisions"]:
         return True
     if precision != "fp8":
         return False
     fp8 = CAPABILITIES["fp8"]
-    if tp_size > 1 and not fp8["tensor_parallel"]:
-        return False
+    for size, dimension in ((tp_size, "tensor_parallel"), (pp_size, "pipeline_parallel"),
+                            (cp_size, "context_parallel")):
+        if size > 1 and not fp8.get(dimension, False):
+            return False
     return arch is not None and arch.lower() in fp8["archs"]

@@ -17,11 +17,13 @@ EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def check_expert_layout(*, num_experts: Optional[int], ep_size: int, etp_size: int, tp_size: int,
-                        strategy: str, world_size: int, activation_checkpointing: str = "none") -> None:
+                        strategy: str, world_size: int, activation_checkpointing: str = "none", cp_size: int = 1,
+                        pp_size: int = 1) -> None:
     """What expert parallel cannot run. `num_experts`: the model's (0 for a dense model, None: not known
     before the model is built)."""
     check_expert_combinations(moe=bool(num_experts), ep_size=ep_size, etp_size=etp_size, tp_size=tp_size,
-                              strategy=strategy, activation_checkpointing=activation_checkpointing)
+                              strategy=strategy, activation_checkpointing=activation_checkpointing, cp_size=cp_size,
+                              pp_size=pp_size)
     if ep_size == 1:
         return
     if num_experts == 0:
@@ -36,7 +38,7 @@ def check_expert_layout(*, num_experts: Optional[int], ep_size: int, etp_size: i
 
 
 def check_expert_combinations(*, moe: bool, ep_size: int, etp_size: int, tp_size: int, strategy: str,
-                              activation_checkpointing: str) -> None:
+                              activation_checkpointing: str, cp_size: int = 1, pp_size: int = 1) -> None:
     """The settings expert parallel does not combine with (the sizes aside); validate's RA-E007 applies
     these to every bundled MoE layout, its layout rules RA-L007..RA-L009 check the sizes."""
     if ep_size > 1 and etp_size > 1:
@@ -51,6 +53,10 @@ def check_expert_combinations(*, moe: bool, ep_size: int, etp_size: int, tp_size
         raise ConfigError(f"distributed.ep_size: {ep_size} needs strategy fsdp2 (experts shard over an (edp, ep) "
                           f"mesh) and strategy {strategy} replicates every parameter; set distributed.strategy: "
                           "fsdp2 or ep_size: 1")
+    for key, size, what in (("cp_size", cp_size, "context"), ("pp_size", pp_size, "pipeline")):
+        if size > 1:
+            raise ConfigError(f"distributed.{key}: {size}: {what} parallel does not combine with expert parallel in "
+                              f"the bundled trainer (one mesh per run); set {key}: 1 or ep_size: 1")
     if activation_checkpointing == "selective":
         # The experts' own FSDP2 unit runs inside the checkpointed block, and its hooks run other ops in
         # the recompute than in the forward, which op-level selective checkpointing cannot match.
@@ -85,4 +91,5 @@ def preflight_expert_checks(cfg: Any, world_size: int) -> None:
     check_moe_family(cfg.model)
     check_expert_layout(num_experts=declared_experts(cfg.model), ep_size=d.ep_size, etp_size=d.etp_size or 1,
                         tp_size=d.tp_size, strategy=d.strategy, world_size=world_size,
-                        activation_checkpointing=d.activation_checkpointing)
+                        activation_checkpointing=d.activation_checkpointing, cp_size=d.cp_size,
+                        pp_size=d.pp_size)

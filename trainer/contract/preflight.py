@@ -19,6 +19,7 @@ from trainer.contract.checkpoint_layout import resolve_restore
 from trainer.contract.config import RecipeConfig, parse_config, section_fields
 from trainer.contract.expert_checks import preflight_expert_checks
 from trainer.contract.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
+from trainer.contract.layout_checks import check_layout as check_parallel_layout
 from trainer.contract.model_checks import (
     check_model_keys,
     check_model_section,
@@ -65,7 +66,9 @@ def _format_validation_error(exc: Exception, path: str, flags: set[str] = frozen
     return "; ".join(lines)
 
 
-UNSUPPORTED_DIMENSIONS = (("pp_size", "pipeline parallel"), ("cp_size", "context parallel"))
+# Every parallel dimension the planner plans is one the trainer runs; the combinations it refuses are
+# checked below (check_parallel_layout, preflight_expert_checks).
+UNSUPPORTED_DIMENSIONS: tuple[tuple[str, str], ...] = ()
 
 
 def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> None:
@@ -81,10 +84,10 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
     for key, what in UNSUPPORTED_DIMENSIONS:
         if getattr(d, key) > 1:
             raise ConfigError(f"distributed.{key}: {what} ({getattr(d, key)}) is not supported by the bundled "
-                              f"trainer; set it to 1 (it supports FSDP2/DDP data parallel and tensor parallel)")
+                              f"trainer; set it to 1 (it supports FSDP2/DDP data parallel, tensor, context, "
+                              "pipeline and expert parallel)")
     preflight_expert_checks(cfg, world_size)
-    if d.vp_size not in (None, 1):
-        raise ConfigError("distributed.vp_size: virtual pipeline needs pipeline parallel; remove it")
+    check_parallel_layout(cfg, world_size, declared_size(cfg.model, "num_hidden_layers")[1])
     if world_size % d.tp_size:
         raise ConfigError(f"distributed.tp_size: {d.tp_size} does not divide the world size {world_size}; "
                           f"use a tp_size that divides {world_size}")
@@ -99,7 +102,7 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
     if d.sequence_parallel and d.tp_size == 1 and is_rank_zero():
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
     s = cfg.step_scheduler
-    derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // d.tp_size)
+    derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // (d.tp_size * d.cp_size * d.pp_size))
     for section_name in ("optimizer", "loss_fn", "recipe", "model"):  # the allow-list first: a security refusal
         target = getattr(cfg, section_name).target
         if target is not None:

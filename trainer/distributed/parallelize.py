@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from trainer.distributed.mesh import gradient_mesh
 from trainer.models.builder import (
     assign_full_tensor,
     clean_fqn,
@@ -108,7 +109,7 @@ def parallelize_model(
             from trainer.distributed.expert_parallel import shard_experts
 
             shard_experts(model, mesh["edp"], _mp_policy(precision, grad_reduce_dtype), mesh["ep"].size())
-        apply_fsdp2(model, mesh["dp"], precision, grad_reduce_dtype)
+        apply_fsdp2(model, gradient_mesh(mesh), precision, grad_reduce_dtype)
         if is_meta(model):
             materialize(model, device)
         return model
@@ -119,13 +120,14 @@ def parallelize_model(
         return model
     from torch.nn.parallel import DistributedDataParallel
 
+    grad_group = gradient_mesh(mesh).get_group()
     ddp = DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        process_group=mesh["dp"].get_group(),
+        process_group=grad_group,
     )
     if grad_reduce_dtype == "bf16":
-        ddp.register_comm_hook(mesh["dp"].get_group(), bf16_reduce_hook)
+        ddp.register_comm_hook(grad_group, bf16_reduce_hook)
     return ddp
 
 

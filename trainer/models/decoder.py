@@ -78,6 +78,9 @@ class Attention(nn.Module):
         self.sliding_window = config.layer_sliding_window(layer_idx)
         self.attn_implementation = config.attn_implementation
         self.kernels = config.kernels
+        # Context parallel sets it (trainer/distributed/context_parallel.py): attention of this rank's queries
+        # over the keys and values of the whole sequence.
+        self.kv_exchange = None
         self.q_proj = nn.Linear(h, config.num_attention_heads * d, bias=config.qkv_bias)
         self.k_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
         self.v_proj = nn.Linear(h, config.num_key_value_heads * d, bias=config.qkv_bias)
@@ -98,10 +101,14 @@ class Attention(nn.Module):
         # too and the reshape for o_proj below is a view instead of a copy (trainer/fused/ops.py).
         q, k = rotary(q, k, cos, sin, self.kernels, heads_dim=2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        mask = None
-        if self.sliding_window is not None and seq_len > self.sliding_window:
-            mask = _window_mask(seq_len, self.sliding_window, x.device)
-        out = ATTENTION_FUNCTIONS[self.attn_implementation](q, k, v, mask)
+        attention = ATTENTION_FUNCTIONS[self.attn_implementation]
+        if self.kv_exchange is not None:  # context parallel: this rank's queries over the whole sequence
+            out = self.kv_exchange(q, k, v, self.sliding_window, attention)
+        else:
+            mask = None
+            if self.sliding_window is not None and seq_len > self.sliding_window:
+                mask = _window_mask(seq_len, self.sliding_window, x.device)
+            out = attention(q, k, v, mask)
         out = out.transpose(1, 2).reshape(bsz, seq_len, -1)
         return self.o_proj(out)
 

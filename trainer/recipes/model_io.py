@@ -79,6 +79,14 @@ def check_layout(model_config, cfg: RecipeConfig) -> None:
     if declared_positions(cfg.model)[0] == ELSEWHERE:
         check_seq_lengths(cfg, getattr(model_config, "max_position_embeddings", None),
                           cfg.model.pretrained_model_name_or_path or cfg.model.target)
+    from trainer.contract.layout_checks import check_context_parallel, check_pipeline
+
+    check_context_parallel(cfg)
+    check_pipeline(cfg, getattr(model_config, "num_hidden_layers", None))
+    if cfg.distributed.pp_size > 1 and getattr(model_config, "tie_word_embeddings", False):
+        raise ConfigError("distributed.pp_size: this model ties its LM head to the input embedding "
+                          "(tie_word_embeddings), which the bundled pipeline cannot split over the first and last "
+                          "stages; set distributed.pp_size: 1 (context parallel or FSDP2 instead)")
     seq = cfg.dataset.seq_length
     if tp > 1 and cfg.distributed.sequence_parallel and seq is not None and seq % tp:
         raise ConfigError(f"dataset.seq_length: {seq} is not a multiple of tp_size {tp}; sequence parallel "
@@ -173,13 +181,43 @@ def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
     """(mesh or None, data-parallel process group, data-parallel size)."""
     from trainer.distributed.parallelize import ParallelConfigError, build_mesh
 
+    d = cfg.distributed
     try:
-        mesh = build_mesh(info.world_size, cfg.distributed.tp_size, info.device.type, ep_size=cfg.distributed.ep_size)
-    except ParallelConfigError as exc:
-        raise ConfigError(str(exc)) from None
+        if d.cp_size > 1 or d.pp_size > 1:
+            from trainer.distributed.mesh import build_layout_mesh
+
+            mesh = build_layout_mesh(info.world_size, tp_size=d.tp_size, cp_size=d.cp_size, pp_size=d.pp_size,
+                                     device_type=info.device.type)
+        else:
+            mesh = build_mesh(info.world_size, d.tp_size, info.device.type, ep_size=d.ep_size)
+    except (ParallelConfigError, ValueError) as exc:
+        raise ConfigError(f"distributed: {exc}") from None
     if mesh is None:
         return None, None, 1
     return mesh, mesh["dp"].get_group(), mesh["dp"].size()
+
+
+def gradient_group(mesh) -> tuple[Any, int]:
+    """(process group, size) of the ranks that average gradients: data x context parallel."""
+    if mesh is None:
+        return None, 1
+    from trainer.distributed.mesh import gradient_mesh
+
+    grad_mesh = gradient_mesh(mesh)
+    return grad_mesh.get_group(), grad_mesh.size()
+
+
+def apply_context_parallel(model: nn.Module, mesh):
+    """With a ``cp`` mesh dimension over 1: attention gathers keys and values over it, and the returned
+    sharder cuts each batch into this rank's tokens (None without context parallel)."""
+    from trainer.distributed.mesh import dim_size
+
+    if dim_size(mesh, "cp") == 1:
+        return None
+    from trainer.distributed import context_parallel
+
+    context_parallel.apply_context_parallel(model, mesh["cp"])
+    return context_parallel.SequenceSharder(mesh["cp"].size(), mesh["cp"].get_local_rank())
 
 
 def parallelize(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device) -> nn.Module:
@@ -223,8 +261,23 @@ def _tokenizer_beside(cfg: RecipeConfig, folder: Path) -> None:
     write_special_token_ids(folder)
 
 
-def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo) -> None:
-    """Collective (gathers full tensors); rank 0 writes.
+def build_pipeline(model: nn.Module, mesh, cfg: RecipeConfig, device: torch.device, micro_batches: int):
+    """Pipeline parallel: this rank's stages, sharded, with their schedule (trainer/distributed/pipeline.py)."""
+    from trainer.distributed.pipeline import build_pipeline as build
+
+    d = cfg.distributed
+    try:
+        return build(model, mesh, vp_size=d.vp_size or 1, schedule=None, strategy=d.strategy,
+                     precision=compute_precision(cfg.precision), activation_checkpointing=d.activation_checkpointing,
+                     device=device, micro_batches=micro_batches, grad_reduce_dtype=d.grad_reduce_dtype)
+    except ValueError as exc:
+        raise ConfigError(f"distributed.pp_size: {exc}") from None
+
+
+def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: DistInfo,
+                     gather=None) -> None:
+    """Collective (gathers full tensors); rank 0 writes. ``gather``: merges the full tensors of every
+    pipeline stage onto rank 0 (pipeline parallel).
 
     Full runs: ``consolidated/`` (Hugging Face config.json + safetensors), or with
     ``checkpoint.save_consolidated: false`` only ``sharded/`` (DCP, one file per rank). LoRA runs: the adapter
@@ -244,6 +297,8 @@ def save_model_files(model: nn.Module, out_dir: Path, cfg: RecipeConfig, info: D
         return
     if cfg.peft is None:
         state = full_state_dict(model)
+        if gather is not None:
+            state = gather(state)
         if info.is_main:
             save_hf_model(state, config, out_dir / CONSOLIDATED)
             _tokenizer_beside(cfg, out_dir / CONSOLIDATED)

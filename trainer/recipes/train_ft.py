@@ -38,7 +38,7 @@ from trainer.components.targets import instantiate, resolve_target
 from trainer.contract.builders import dataset_call
 from trainer.contract.config import RecipeConfig
 from trainer.contract.overrides import ConfigError
-from trainer.contract.step_scheduler import StepScheduler
+from trainer.contract.step_scheduler import StepScheduler, derive_grad_acc_steps
 from trainer.data import IGNORE_INDEX, ResumableDataLoader
 from trainer.distributed.dist import DistInfo, fault_point
 from trainer.distributed.parallelize import reshard_after_no_grad_forward
@@ -75,13 +75,14 @@ def _grads_by_mesh(parameters: list[nn.Parameter]) -> dict[Any, list[nn.Paramete
 
 
 def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: Optional[float],
-                    norm_type: float = 2.0) -> torch.Tensor:
+                    norm_type: float = 2.0, group=None) -> torch.Tensor:
     """Total ``norm_type`` norm of all gradients, each scaled by ``min(1, max_norm / (total + 1e-6))``
     when ``max_norm`` is set (torch.nn.utils.clip_grad_norm_).
 
     DTensor-aware for mixed meshes, as torchtitan's ``clip_grad_norm_`` with expert parallel: the norm
     of each mesh group is reduced to a plain tensor (``full_tensor``), the groups combine as
     ``(sum_g n_g^p)^(1/p)`` (the max for the inf-norm), and every group is scaled by the same coefficient.
+    ``group``: ranks holding other parameters of the model (pipeline stages), whose norms combine the same way.
     """
     from torch.distributed.tensor import DTensor
 
@@ -91,14 +92,19 @@ def clip_grad_norm_(parameters: list[nn.Parameter], max_norm: Optional[float],
         norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=norm_type,
                                              error_if_nonfinite=False)
         norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-    if not norms:
+    if not norms and group is None:
         return torch.zeros(())
-    if len(norms) == 1:  # one mesh (or none): the norm as torch computes it, not re-rounded
+    if len(norms) == 1 and group is None:  # one mesh (or none): the norm as torch computes it, not re-rounded
         total = norms[0]
     elif math.isinf(norm_type):
-        total = torch.stack(norms).max()
+        total = torch.stack(norms).max() if norms else torch.zeros(())
+        if group is not None:
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
-        total = torch.stack(norms).pow(norm_type).sum().pow(1.0 / norm_type)
+        total = torch.stack(norms).pow(norm_type).sum() if norms else torch.zeros(())
+        if group is not None:
+            dist.all_reduce(total, group=group)
+        total = total.pow(1.0 / norm_type)
     if max_norm is not None:
         for params in groups.values():
             torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
@@ -143,7 +149,20 @@ class TrainFinetuneRecipe(BaseRecipe):
             model_io.freeze_all_but_adapters(model)
         # 5-7. sharding (TP, then FSDP2 or DDP), device placement (materialisation), compile per block
         self.mesh, self.dp_group, self.dp_size = model_io.build_device_mesh(cfg, info)
-        self.model = model_io.parallelize(model, self.mesh, cfg, info.device)
+        # The ranks that average gradients: data parallel x context parallel (trainer/distributed/mesh.py).
+        self.grad_group, self.grad_size = model_io.gradient_group(self.mesh)
+        self.pipeline = None
+        if cfg.distributed.pp_size > 1:  # this rank's stages; self.model is its share of the model
+            from trainer.distributed.pipeline import PipelineRunner
+
+            s = cfg.step_scheduler
+            micro_batches = derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, self.dp_size)
+            self.pipeline = PipelineRunner(model_io.build_pipeline(model, self.mesh, cfg, info.device, micro_batches),
+                                           self.mesh)
+            self.model = self.pipeline.pipeline.model
+        else:
+            self.model = model_io.parallelize(model, self.mesh, cfg, info.device)
+        self.sequence_sharder = model_io.apply_context_parallel(self.model, self.mesh)
         if self.restore_path is not None:
             model_io.restore_weights_after_sharding(self.model, self.restore_path, peft=cfg.peft is not None)
 
@@ -215,7 +234,8 @@ class TrainFinetuneRecipe(BaseRecipe):
         return model_signature(self.model_config, peft)
 
     def save_model_files(self, model: nn.Module, out_dir: Path) -> None:
-        model_io.save_model_files(model, out_dir, self.cfg, self.dist)
+        gather = self.pipeline.gather_full if self.pipeline is not None else None
+        model_io.save_model_files(model, out_dir, self.cfg, self.dist, gather=gather)
 
     # -------------------------------------------------------------------------------------- loop
     def run_train_validation_loop(self) -> None:
@@ -254,6 +274,10 @@ class TrainFinetuneRecipe(BaseRecipe):
         device = self.dist.device
         input_ids = batch["input_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)
+        if self.sequence_sharder is not None:  # context parallel: this rank's tokens, their positions and labels
+            input_ids, labels, positions = self.sequence_sharder(input_ids, labels)
+            with self.autocast:
+                return self.loss_fn(self.model, input_ids, labels, position_ids=positions)
         with self.autocast:
             return self.loss_fn(self.model, input_ids, labels)
 
@@ -264,9 +288,27 @@ class TrainFinetuneRecipe(BaseRecipe):
         counts = torch.tensor([float(local_labels)], dtype=torch.float64, device=device)
         self._dp_all_reduce(counts)
         label_tokens = max(counts.item(), 1.0)
-        # Sum-reduced loss over the global batch's label tokens; x dp_size undoes DDP/FSDP's gradient mean.
-        scale = self.dp_size / label_tokens
-        loss_sum = torch.zeros((), dtype=torch.float32, device=device)
+        # Sum-reduced loss over the global batch's label tokens; x grad_size (data x context parallel ranks)
+        # undoes DDP/FSDP's gradient mean.
+        scale = self.grad_size / label_tokens
+        if self.pipeline is not None:
+            loss_sum = self._pipeline_forward_backward(micro_batches, scale)
+        else:
+            loss_sum = self._forward_backward(micro_batches, scale)
+        grad_norm = clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                    self.cfg.clip_grad_norm.max_norm,
+                                    group=self.pipeline.pp_group if self.pipeline is not None else None)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._grad_all_reduce(loss_sum)
+        tokens = len(micro_batches) * micro_batches[0]["input_ids"].numel() * self.dp_size
+        return loss_sum.item() / label_tokens, float(grad_norm), lr, tokens
+
+    def _forward_backward(self, micro_batches: list[dict[str, torch.Tensor]], scale: float) -> torch.Tensor:
+        """Gradient accumulation over the micro batches; returns their summed token loss."""
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.dist.device)
         for i, batch in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             sync = self.model.no_sync() if hasattr(self.model, "no_sync") and not last else nullcontext()
@@ -274,19 +316,24 @@ class TrainFinetuneRecipe(BaseRecipe):
                 batch_loss, _ = self._forward_loss(batch)
                 (batch_loss * scale).backward()
             loss_sum += batch_loss.detach().float()
-        grad_norm = clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                    self.cfg.clip_grad_norm.max_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.lr_scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._dp_all_reduce(loss_sum)
-        tokens = len(micro_batches) * micro_batches[0]["input_ids"].numel() * self.dp_size
-        return loss_sum.item() / label_tokens, float(grad_norm), lr, tokens
+        return loss_sum
+
+    def _pipeline_forward_backward(self, micro_batches: list[dict[str, torch.Tensor]], scale: float) -> torch.Tensor:
+        """The micro batches as the pipeline's micro batches (one schedule step); their summed token loss."""
+        device = self.dist.device
+        input_ids = torch.cat([b["input_ids"] for b in micro_batches]).to(device, non_blocking=True)
+        labels = torch.cat([b["labels"] for b in micro_batches]).to(device, non_blocking=True)
+        with self.autocast:
+            return self.pipeline.step(input_ids, labels, scale=scale).float()
 
     def _dp_all_reduce(self, tensor: torch.Tensor) -> None:
         if dist.is_initialized() and self.dp_size > 1:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
+
+    def _grad_all_reduce(self, tensor: torch.Tensor) -> None:
+        """Sum over data x context parallel ranks (a CP rank's loss covers its share of each sequence)."""
+        if dist.is_initialized() and self.grad_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.grad_group)
 
     def _metrics(self, epoch: int, loss: float, grad_norm: float, lr: float, tokens: int,
                  seconds: float, steps: int = 1) -> MetricsSample:
@@ -311,7 +358,7 @@ class TrainFinetuneRecipe(BaseRecipe):
             totals[0] += batch_loss.double()
             totals[1] += num_labels
             tokens += batch["input_ids"].numel() * self.dp_size
-        self._dp_all_reduce(totals)
+        self._grad_all_reduce(totals)
         self.model.train()
         reshard_after_no_grad_forward(self.model)
         val_loss = (totals[0] / totals[1].clamp(min=1)).item()

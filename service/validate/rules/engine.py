@@ -94,6 +94,26 @@ def bundled_trainer_dimensions(f: Facts) -> Optional[Violation]:
                      key=f"distributed.{missing[0]}")
 
 
+@layout_rule("RA-E008", "error", "distributed.pp_size", "what the bundled pipeline combines with",
+             "trainer/contract/capabilities.py pp_with_*; trainer/contract/layout_checks.py check_pipeline")
+def bundled_pipeline_combinations(f: Facts) -> Optional[Violation]:
+    if not bundled(f) or f.layout.pp == 1 or not CAPABILITIES.get("pipeline_parallel"):
+        return None
+    lay = f.layout
+    refused = [what for what, on, cap in (
+        ("strategy ddp", f.strategy == "ddp", "pp_with_ddp"),
+        (f"tp_size {lay.tp}", lay.tp > 1, "pp_with_tp"),
+        (f"cp_size {lay.cp}", lay.cp > 1, "pp_with_cp"),
+        ("LoRA (peft)", f.peft, "pp_with_lora"),
+        ("tied embeddings", f.model is not None and f.model.tie_word_embeddings, "pp_with_tied_embeddings"),
+    ) if on and not CAPABILITIES.get(cap)]
+    if not refused:
+        return None
+    return Violation(f"pp_size {lay.pp} in the bundled trainer does not combine with {', '.join(refused)}",
+                     "set distributed.pp_size: 1 (FSDP2, TP or CP instead), or drop what it does not combine with",
+                     key="distributed.pp_size")
+
+
 @layout_rule("RA-E002", "error", "model.pretrained_model_name_or_path", "the bundled trainer's model families",
              "trainer/contract/capabilities.py model_types / moe")
 def bundled_trainer_models(f: Facts) -> Optional[Violation]:
@@ -123,7 +143,7 @@ def bundled_expert_layout(f: Facts) -> Optional[Violation]:
     lay = f.layout
     try:
         check_expert_combinations(moe=True, ep_size=lay.ep, etp_size=lay.etp, tp_size=lay.tp, strategy=f.strategy,
-                                  activation_checkpointing=lay.recompute)
+                                  activation_checkpointing=lay.recompute, cp_size=lay.cp, pp_size=lay.pp)
     except ConfigError as exc:
         key, _, rest = str(exc).partition(": ")
         why, _, fix = rest.rpartition("; ")
@@ -135,13 +155,15 @@ def bundled_expert_layout(f: Facts) -> Optional[Violation]:
              "trainer/contract/capabilities.py precisions, fp8 (supports_precision)")
 def bundled_trainer_precision(f: Facts) -> Optional[Violation]:
     arch = f.hardware.arch if f.hardware is not None else None
-    if not bundled(f) or supports_precision(f.precision, arch, f.layout.tp):
+    lay = f.layout
+    if not bundled(f) or supports_precision(f.precision, arch, lay.tp, pp_size=lay.pp, cp_size=lay.cp):
         return None
     fp8 = CAPABILITIES["fp8"]
     if f.precision == "fp8" and arch in fp8["archs"]:
+        key, size = next((k, v) for k, v in (("tp_size", lay.tp), ("pp_size", lay.pp), ("cp_size", lay.cp)) if v > 1)
         return Violation(f"fp8 in the bundled trainer ({fp8['via']}) runs with data parallel only, not with "
-                         f"tp_size {f.layout.tp}", "set distributed.tp_size: 1, or use precision: bf16",
-                         key="distributed.tp_size")
+                         f"{key} {size}", f"set distributed.{key}: 1, or use precision: bf16",
+                         key=f"distributed.{key}")
     if f.precision == "fp8":
         where = f"{f.hardware.name} ({arch})" if f.hardware is not None else "unknown hardware"
         return Violation(f"fp8 in the bundled trainer needs a GPU of {', '.join(fp8['archs'])}; {where} is not one",

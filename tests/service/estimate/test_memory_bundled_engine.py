@@ -91,6 +91,19 @@ def test_fp32_training_keeps_every_activation_in_fp32(shape) -> None:
     assert fp32 - head_grad == pytest.approx(2 * (bf16 - head_grad))
 
 
+def test_bundled_pipeline_keeps_its_stage_gathered_and_context_parallel_splits_the_tokens(shape) -> None:
+    model = MemoryModel(shape, world_size=2, seq_length=512, engine="bundled")
+    first = model.state_bytes(1, 2, 1, 1, 1, "full")[0]
+    stage_params = BLOCK + V * H  # one block and the embedding
+    assert first.weights == pytest.approx(stage_params * 4 + stage_params * 2)  # fp32 shard + the bf16 stage
+    layout = Layout(micro_batch_size=2)
+    kept = model._activation_per_token(1, False, "none", "full")[0]
+    per_token_loss = model.loss_bytes(1, "full")[0]
+    whole, split = model.parts(layout, "full", 1)[3], model.parts(Layout(micro_batch_size=2, cp=2), "full", 1)[3]
+    # CP 2: each rank keeps the activations and the loss's share of half of each sequence's tokens
+    assert whole - split == pytest.approx((kept + per_token_loss) * 2 * 512 / 2)
+
+
 def test_bundled_lora_adapters_sit_on_separate_projections(shape) -> None:
     rank = 8
     per_layer = rank * ((H + HEADS * D) + (H + KV * D) * 2 + (HEADS * D + H) + (H + FFN) * 2 + (FFN + H))
@@ -104,7 +117,7 @@ def test_bundled_lora_adapters_sit_on_separate_projections(shape) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["FSDP2 x1, recompute none", "FSDP2 x2, recompute full", "FSDP2 x1, LoRA r8",
-                                    "DDP x2, recompute none"])
+                                    "DDP x2, recompute none", "FSDP2 x2, CP 2", "FSDP2 x2, PP 2 (1F1B)"])
 def test_estimate_within_ten_percent_of_measured(config: str, tmp_path) -> None:
     out = tmp_path / "rows.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))

@@ -102,11 +102,14 @@ def test_bundled_engine_uses_only_declared_capabilities():
     strategies = set(CAPABILITIES["strategies"])
     for row in result.layouts:
         lay = row.layout
-        assert lay.pp == lay.cp == lay.ep == 1 and lay.vp is None
+        assert lay.ep == 1
         assert row.strategy in strategies
         if lay.tp > 1:
             assert row.strategy == "fsdp2"  # the trainer refuses TP with DDP
+        if lay.pp > 1:  # the bundled pipeline: FSDP2 within each stage, neither TP nor CP (RA-E008)
+            assert row.strategy == "fsdp2" and lay.tp == lay.cp == 1
     assert {r.layout.tp for r in result.layouts} > {1}
+    assert {r.layout.pp for r in result.layouts} > {1} and {r.layout.vp for r in result.layouts} > {None}
 
 
 def test_bundled_engine_rejects_an_unbuilt_moe_family_with_the_rule_reason():

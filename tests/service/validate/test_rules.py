@@ -103,9 +103,10 @@ CASES = [
     ("RA-P004", "dense", {"metadata": dict(META, precision_recipe="fp8sc"), "precision": "fp8",
                           "hardware.gpu_type": "l40s", "distributed.tp_size": 1,
                           "distributed.sequence_parallel": False}),
-    ("RA-E001", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.cp_size": 2}),
     ("RA-E002", "moe_unbuilt", {"distributed.strategy": "fsdp2", **MOCK}),
     ("RA-E007", "moe", {"distributed.strategy": "fsdp2", **MOCK}),  # TP 2 does not split the MoE layers
+    ("RA-E008", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.pp_size": 2,
+                          "distributed.vp_size": 2}),
     ("RA-E004", "dense", {"distributed.strategy": "fsdp2", **MOCK,
                           "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
     ("RA-E003", "dense", {"distributed.strategy": "fsdp2", **MOCK, "hardware.gpu_type": "b200", "precision": "nvfp4"}),
@@ -162,7 +163,9 @@ def test_each_rule_fires_alone(models, code, model, changes, monkeypatch):
 # KV heads divide the attention heads in every valid config.json (a card with 20 heads and 8 KV heads
 # is refused), so a TP that does not divide the heads cannot divide the KV heads either:
 # on a valid model RA-L001 comes with RA-L003 (TP 8 over 4 KV heads replicates them).
-ALSO_FIRES = {"RA-L001": ("RA-L003",)}
+ALSO_FIRES = {"RA-L001": ("RA-L003",),
+              # EP is what the bundled trainer lacks (RA-E001), and a dense model has no experts for it (RA-L009)
+              "RA-E001": ("RA-L009",)}
 
 
 def test_every_registered_rule_has_a_case():
@@ -221,7 +224,7 @@ def test_check_layout_uses_every_rule_even_when_one_module_was_imported_first():
     code = ("from service.validate.rules import layout\n"
             "from service.facts import Facts, Layout\n"
             "from service.validate.checks import check_layout\n"
-            "f = Facts(layout=Layout(pp=2), world_size=2, strategy='fsdp2')\n"
+            "f = Facts(layout=Layout(ep=2, etp=1), world_size=2, strategy='fsdp2')\n"
             "print(sorted(x.code for x in check_layout(f)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "RA-E001" in out
@@ -374,20 +377,15 @@ def _fix_of(findings, code):
     return next(f.fix for f in findings if f.code == code)
 
 
-def test_long_context_fix_on_the_bundled_trainer_never_names_cp(models):
+def test_long_context_fix_on_the_bundled_trainer_names_the_cp_it_runs(models):
     config = with_changes(models["dense"], {"distributed": {"strategy": "fsdp2"}, "dataset.seq_length": 16384})
+    fix = _fix_of(findings_of(config), "RA-L016")
+    assert "cp_size to 2 or 4 or 8" in fix
+    # applying it adds no error: the fix fixes, it does not trade findings
+    set_dotted(config, "distributed.cp_size", 2)
     found = findings_of(config)
-    fix = _fix_of(found, "RA-L016")
-    assert "cp_size to" not in fix and "cp_size:" not in fix
-    assert "activation_checkpointing: full" in fix and "strategy: megatron" in fix and "more GPUs" in fix
-    assert "tp_size: 2 with sequence_parallel" in fix
-    # applying the first step (and the TP step) adds no error: the fix fixes, it does not trade findings
-    set_dotted(config, "distributed.activation_checkpointing", "full")
-    set_dotted(config, "distributed.tp_size", 2)
-    set_dotted(config, "distributed.sequence_parallel", True)
-    assert [f.code for f in findings_of(config) if f.severity == "error"] == []
-    config["distributed"]["cp_size"] = 2  # what the old fix said: the bundled trainer refuses it
-    assert "RA-E001" in [f.code for f in findings_of(config)]
+    assert "RA-L016" not in [f.code for f in found]
+    assert [f.code for f in found if f.severity == "error"] == []
 
 
 def test_long_context_fix_on_megatron_offers_only_the_cp_sizes_the_world_holds(models):
@@ -399,8 +397,9 @@ def test_long_context_fix_on_megatron_offers_only_the_cp_sizes_the_world_holds(m
 
 
 @pytest.mark.parametrize("model, distributed, present, absent", [
-    # bundled fsdp2: no pipeline stages; TP, recompute and more GPUs are real options
-    ("big", {"strategy": "fsdp2"}, ["tp_size to 2", "activation_checkpointing", "more GPUs"], ["pp_size", "ep_size"]),
+    # bundled fsdp2: pipeline stages, TP, recompute and more GPUs are real options; EP is not
+    ("big", {"strategy": "fsdp2"}, ["tp_size to 2", "pp_size to 2", "activation_checkpointing", "more GPUs"],
+     ["ep_size"]),
     # EP 8 already spans the 8 GPUs (PP*EP*ETP = world): neither EP nor PP can grow
     ("bigmoe", {"strategy": "megatron", "ep_size": 8}, ["tp_size to 2", "use_megatron_fsdp"], ["ep_size", "pp_size"]),
     # EP 2 of 16 experts on 8 GPUs: EP 4 fits, and so does PP 2

@@ -142,7 +142,7 @@ def _config(tmp_path: Path, **changes) -> Path:
 @pytest.mark.parametrize("changes,world,needle", [
     ({"step_scheduler__local_batch_size": 3}, 2, "step_scheduler.local_batch_size: global_batch_size 16"),
     ({"distributed__strategy": "megatron"}, 2, "distributed.strategy: megatron"),
-    ({"distributed__pp_size": 2}, 2, "distributed.pp_size"),
+    ({"distributed__pp_size": 4}, 2, "distributed.pp_size: tp_size x cp_size x pp_size = 1 x 1 x 4 = 4 does not"),
     ({"distributed__tp_size": 3}, 2, "distributed.tp_size: 3 does not divide the world size 2"),
     ({"dataset": {"_target_": "trainer.data.JsonlSFTDataset", "path": "no/such.jsonl", "seq_length": 8}}, 2,
      "dataset.path: file 'no/such.jsonl' not found"),
