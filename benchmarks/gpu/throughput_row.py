@@ -33,9 +33,9 @@ def planner_estimate(model: str, hardware: str, *, num_gpus: int, seq_length: in
     """The planner's estimate (engine bundled, FSDP2 full sharding) of one measured layout: tokens/s
     per GPU, step time, MFU, and memory per GPU in GiB by part. `model`: a bundled id or a config.json."""
     from service.estimate.memory import MemoryModel, model_shape
-    from service.estimate.steptime import StepTimeModel
     from service.facts import Layout
     from service.plan.planner import make_request
+    from service.plan.types import Estimators
 
     request = make_request(model, num_gpus, hardware, seq_length=seq_length, global_batch_size=global_batch_size,
                            precision=precision, engine="bundled", grad_reduce_dtype=GRAD_REDUCE_DTYPE)
@@ -43,9 +43,7 @@ def planner_estimate(model: str, hardware: str, *, num_gpus: int, seq_length: in
     memory_model = MemoryModel(shape, world_size=request.world_size, seq_length=request.seq_length, engine="bundled",
                                cpu=request.hardware.arch == "cpu", precision=request.precision,
                                grad_reduce_dtype=request.grad_reduce_dtype)
-    time_model = StepTimeModel(shape, request.hardware, world_size=request.world_size, seq_length=request.seq_length,
-                               global_batch_size=request.global_batch_size, precision=request.precision,
-                               engine="bundled", grad_reduce_dtype=request.grad_reduce_dtype)
+    time_model = Estimators(request, shape).time  # as the planner builds it: compiled blocks, the MFU ceiling
     layout = Layout(micro_batch_size=micro_batch_size, recompute=recompute)
     accumulation = max(global_batch_size // (micro_batch_size * num_gpus), 1)
     time = time_model.estimate(layout, "full")

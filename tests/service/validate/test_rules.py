@@ -103,6 +103,7 @@ CASES = [
     ("RA-P004", "dense", {"metadata": dict(META, precision_recipe="fp8sc"), "precision": "fp8",
                           "hardware.gpu_type": "l40s", "distributed.tp_size": 1,
                           "distributed.sequence_parallel": False}),
+    ("RA-E001", "dense", {"distributed.strategy": "ddp", **MOCK, "distributed.tp_size": 2, "distributed.ep_size": 1}),
     ("RA-E002", "moe_unbuilt", {"distributed.strategy": "fsdp2", **MOCK}),
     ("RA-E007", "moe", {"distributed.strategy": "fsdp2", **MOCK}),  # TP 2 does not split the MoE layers
     ("RA-E008", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.pp_size": 2,
@@ -163,9 +164,7 @@ def test_each_rule_fires_alone(models, code, model, changes, monkeypatch):
 # KV heads divide the attention heads in every valid config.json (a card with 20 heads and 8 KV heads
 # is refused), so a TP that does not divide the heads cannot divide the KV heads either:
 # on a valid model RA-L001 comes with RA-L003 (TP 8 over 4 KV heads replicates them).
-ALSO_FIRES = {"RA-L001": ("RA-L003",),
-              # EP is what the bundled trainer lacks (RA-E001), and a dense model has no experts for it (RA-L009)
-              "RA-E001": ("RA-L009",)}
+ALSO_FIRES = {"RA-L001": ("RA-L003",)}
 
 
 def test_every_registered_rule_has_a_case():
@@ -224,7 +223,7 @@ def test_check_layout_uses_every_rule_even_when_one_module_was_imported_first():
     code = ("from service.validate.rules import layout\n"
             "from service.facts import Facts, Layout\n"
             "from service.validate.checks import check_layout\n"
-            "f = Facts(layout=Layout(ep=2, etp=1), world_size=2, strategy='fsdp2')\n"
+            "f = Facts(layout=Layout(tp=2), world_size=2, strategy='ddp')\n"
             "print(sorted(x.code for x in check_layout(f)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "RA-E001" in out

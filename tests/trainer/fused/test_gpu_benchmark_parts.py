@@ -192,7 +192,8 @@ def test_the_row_calibrates_the_bundled_engine_in_the_published_benchmark() -> N
     tokens, recompute, memory = published.estimate(row)
     ours = throughput_row.planner_estimate("llama32-1b", "h200", num_gpus=1, seq_length=4096, global_batch_size=4,
                                            micro_batch_size=4, recompute="none", precision="bf16")
-    assert recompute == "none" and tokens == pytest.approx(ours["tokens_per_s_per_gpu"])
+    # The calibration estimates the raw terms; the planner's answer may be held lower by the MFU ceiling.
+    assert recompute == "none" and tokens >= ours["tokens_per_s_per_gpu"] * (1 - 1e-9)
     assert memory == pytest.approx(ours["memory_gib"]["total"], abs=0.01)
     # The engine is read from the row, not assumed: Megatron's memory model gives another total for the
     # same layout (one GPU has no communication, so the step times agree).
