@@ -15,13 +15,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from parallel_equivalence import GLOBAL_BATCH, SEED, batches, full_grads, max_diff
 
 from trainer.distributed.context_parallel import SequenceSharder, apply_context_parallel
 from trainer.distributed.mesh import build_layout_mesh, gradient_mesh
 from trainer.distributed.parallelize import full_state_dict, parallelize_model
 from trainer.loss import causal_lm_loss
 from trainer.models import build_causal_lm
-from trainer.models.builder import named_parameters_hf
 from trainer.models.presets import tiny_config
 
 # case: (tiny family, layers, strategy, cp, pp, vp, schedule, micro batches per step)
@@ -35,30 +35,8 @@ CASES = {
     "pp2_vp2": ("qwen3", 4, "fsdp2", 1, 2, 2, "interleaved_1f1b", 4),
     "pp2_dp2": ("llama", 3, "fsdp2", 1, 2, 1, "1f1b", 2),
 }
-STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 16, 7
+SEQ_LEN = 16  # the shared batches at a length CP 2 cuts into 4 chunks of 4
 TENSOR_PARALLEL = {"cp2_tp2": 2}
-
-
-def batches(vocab_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(SEED)
-    out = []
-    for _ in range(STEPS):
-        ids = torch.randint(0, vocab_size, (GLOBAL_BATCH, SEQ_LEN), generator=gen)
-        labels = torch.roll(ids, -1, dims=1)
-        labels[torch.rand(labels.shape, generator=gen) < 0.3] = -100  # ranks hold different label counts
-        labels[:, -1] = -100
-        out.append((ids, labels))
-    return out
-
-
-def full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    from torch.distributed.tensor import DTensor
-
-    grads = {}
-    for name, param in named_parameters_hf(model):
-        if param.grad is not None:
-            grads[name] = (param.grad.full_tensor() if isinstance(param.grad, DTensor) else param.grad).clone()
-    return grads
 
 
 def train_reference(model, data):
@@ -122,11 +100,6 @@ def train_pipeline(config_path, mesh, data, layers, vp, schedule, micro_batches,
     return losses, first_grads, runner.gather_full(full_state_dict(pipeline.model))
 
 
-def max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
-
-
 def run_case(case: str, out: Path) -> None:
     family, layers, strategy, cp, pp, vp, schedule, micro_batches = CASES[case]
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -134,7 +107,7 @@ def run_case(case: str, out: Path) -> None:
     if rank == 0:
         config_path.write_text(json.dumps(tiny_config(family, num_hidden_layers=layers).to_hf()))
     dist.barrier()
-    data = batches(tiny_config(family).vocab_size)
+    data = batches(tiny_config(family).vocab_size, SEQ_LEN)
     init = full_state_dict(build_causal_lm(str(config_path), device="cpu", seed=SEED))
     tp = TENSOR_PARALLEL.get(case, 1)
     mesh = build_layout_mesh(world, tp_size=tp, cp_size=cp, pp_size=pp)

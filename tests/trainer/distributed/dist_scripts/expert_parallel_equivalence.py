@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from parallel_equivalence import full_grads, max_diff
+from parallel_equivalence import GLOBAL_BATCH, SEED, batches, full_grads, max_diff
 
 from trainer.distributed.expert_parallel import configure_aux_loss
 from trainer.distributed.parallelize import build_mesh, full_state_dict, parallelize_model
@@ -42,21 +42,6 @@ CASES = {
     "ep2_dp2": ("qwen3_moe", 2, "none", True, True),
     "ep4": ("mixtral", 4, "full", True, False),
 }
-STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 8, 7
-
-
-def batches(vocab_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(SEED)
-    out = []
-    for _ in range(STEPS):
-        ids = torch.randint(0, vocab_size, (GLOBAL_BATCH, SEQ_LEN), generator=gen)
-        labels = torch.roll(ids, -1, dims=1)
-        labels[torch.rand(labels.shape, generator=gen) < 0.3] = -100
-        labels[:, -1] = -100
-        out.append((ids, labels))
-    return out
-
-
 def train(model, data, *, dp_rank=0, dp_size=1, dp_group=None, chunked=False):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     configure_aux_loss(model, dp_group, dp_size, micro_batches=1)

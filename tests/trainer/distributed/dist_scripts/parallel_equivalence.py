@@ -43,11 +43,12 @@ LORA = dict(rank=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj", 
 STEPS, GLOBAL_BATCH, SEQ_LEN, SEED = 3, 4, 8, 7
 
 
-def batches(vocab_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(vocab_size: int, seq_len: int = SEQ_LEN) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """STEPS global batches of random tokens, the same on every rank (the other equivalence scripts share them)."""
     gen = torch.Generator().manual_seed(SEED)
     out = []
     for _ in range(STEPS):
-        ids = torch.randint(0, vocab_size, (GLOBAL_BATCH, SEQ_LEN), generator=gen)
+        ids = torch.randint(0, vocab_size, (GLOBAL_BATCH, seq_len), generator=gen)
         labels = torch.roll(ids, -1, dims=1)
         # Uneven masking so ranks hold different numbers of label tokens.
         labels[torch.rand(labels.shape, generator=gen) < 0.3] = -100
