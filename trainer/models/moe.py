@@ -141,7 +141,7 @@ class AttachAuxLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, aux_loss: torch.Tensor) -> torch.Tensor:
         ctx.aux_shape, ctx.aux_dtype = aux_loss.shape, aux_loss.dtype
-        return hidden
+        return hidden.view_as(hidden)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -194,11 +194,12 @@ class MoE(nn.Module):
         out_sorted = out_sorted * weights.reshape(-1)[order].unsqueeze(-1).to(out_sorted.dtype)
         out = torch.zeros_like(flat).index_add_(0, token_of, out_sorted.to(flat.dtype))
         if self.training and torch.is_grad_enabled():
-            aux_share = self._aux_loss_share(counts, probs)
+            aux_share, global_counts = self._aux_loss_share(counts, probs)
             out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))
+            self._record(global_counts, aux_share)
         return out.reshape(shape)
 
-    def _aux_loss_share(self, counts: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    def _aux_loss_share(self, counts: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's share of E * sum_i f_i P_i over the DP batch: f_i the fraction of routed
         (token, slot) pairs on expert i, P_i the mean router probability of expert i. The shares of
         the DP ranks sum to the loss of the whole batch (f is summed first, P is linear in the tokens)."""
@@ -209,9 +210,14 @@ class MoE(nn.Module):
             global_counts, global_tokens = totals[:-1], totals[-1]
             fraction = global_counts / (global_tokens * self.top_k)
         share = self.num_experts * (fraction * probs.sum(dim=0)).sum() / global_tokens
+        return share, global_counts
+
+    # Called after AttachAuxLoss: dynamo cannot trace the graph-task query, and with the graph break
+    # it causes between the aux loss and AttachAuxLoss, a compiled block lost the aux loss's gradient
+    # (torch 2.13; tests/trainer/fused/test_fused_runtime.py checks it).
+    def _record(self, global_counts: torch.Tensor, share: torch.Tensor) -> None:
         if torch._C._current_graph_task_id() == -1:  # not an activation-checkpoint recompute in backward
             self.stats.add(global_counts, share)
-        return share
 
 
 def moe_layers(model: nn.Module) -> list[MoE]:
