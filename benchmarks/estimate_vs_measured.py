@@ -27,6 +27,13 @@ sys.path.insert(0, str(REPO))
 
 SHAPE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
              num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
+# An MoE of the tiny-moe family (Qwen3-MoE): every layer sparse, 8 experts, top-2.
+MOE_SHAPE = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], vocab_size=8192, hidden_size=256,
+                 intermediate_size=768, moe_intermediate_size=256, num_experts=8, num_experts_per_tok=2,
+                 norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001,
+                 num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                 max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
+                 hidden_act="silu", attention_bias=False)
 SEQ, MICRO_BATCH = 512, 2
 LORA = {"rank": 8, "alpha": 16.0}
 # name -> (processes, distributed overrides, peft or None, precision)
@@ -47,6 +54,16 @@ CONFIGS = {
     "FSDP2 x2, CP 2": (2, {"cp_size": 2, "activation_checkpointing": "none"}, None, "bf16"),
     "FSDP2 x2, PP 2 (1F1B)": (2, {"pp_size": 2, "activation_checkpointing": "none"}, None, "bf16"),
 }
+# The MoE model (MOE_SHAPE): experts inside each block's FSDP2 unit without EP; with EP each rank holds
+# experts / EP and FSDP2 shards them over the expert-data-parallel group (trainer/distributed/expert_parallel.py).
+MOE_CONFIGS = {
+    "MoE FSDP2 x1": (1, {"activation_checkpointing": "none"}, None, "bf16"),
+    "MoE FSDP2 x2, EP 1": (2, {"activation_checkpointing": "none"}, None, "bf16"),
+    "MoE FSDP2 x2, EP 2": (2, {"ep_size": 2, "activation_checkpointing": "none"}, None, "bf16"),
+    "MoE FSDP2 x2, EP 2, recompute full": (2, {"ep_size": 2, "activation_checkpointing": "full"}, None, "bf16"),
+    "MoE FSDP2 x2, EP 2, fp32": (2, {"ep_size": 2, "activation_checkpointing": "none"}, None, "fp32"),
+}
+CONFIGS.update(MOE_CONFIGS)
 TERMS = ("weights", "grads", "optimizer", "activations", "fsdp_unsharded")
 TERM_NAMES = {"weights": "weights (sharded)", "grads": "gradients (sharded)", "optimizer": "optimizer states",
               "activations": "activations kept for backward",
@@ -85,22 +102,22 @@ def estimate(model_dir: Path, nproc: int, distributed: dict, peft, precision: st
     from service.estimate.memory import MemoryModel, fsdp2_working_set_bytes, model_shape
     from service.facts import Layout
 
-    card = card_from_config(json.loads((model_dir / "config.json").read_text()), "bench-llama", str(model_dir))
+    card = card_from_config(json.loads((model_dir / "config.json").read_text()), "bench-model", str(model_dir))
     shape = model_shape(card)
     recompute = distributed.get("activation_checkpointing", "none")
     layout = Layout(micro_batch_size=MICRO_BATCH, recompute=recompute, cp=distributed.get("cp_size", 1),
-                    pp=distributed.get("pp_size", 1))
+                    pp=distributed.get("pp_size", 1), ep=distributed.get("ep_size", 1))
     sharding = "none" if distributed.get("strategy") == "ddp" else "full"
     model = MemoryModel(shape, world_size=nproc, seq_length=seq, engine="bundled", peft=peft is not None, cpu=True,
                         precision=precision, lora_rank=peft["rank"] if peft else None)
     weights, grads, optimizer, activations = model.parts(layout, sharding, micro_batches(distributed))
     dp_shards = nproc // layout.pp
-    unsharded = (fsdp2_working_set_bytes(shape, dp_shards=dp_shards, param_bytes=model.compute_param_bytes)
-                 if sharding == "full" else 0.0)
+    unsharded = (fsdp2_working_set_bytes(shape, dp_shards=dp_shards, param_bytes=model.compute_param_bytes,
+                                         ep=layout.ep) if sharding == "full" else 0.0)
     if layout.pp > 1 and sharding == "full":  # the bundled pipeline keeps its whole stage gathered: the weights
         unsharded = weights - optimizer / 2  # beyond the fp32 shards (half the two fp32 Adam moments)
     # Gradients carry FSDP's unsharded block gradients only with more than one shard (service/estimate/memory.py).
-    grad_blocks = (shape.largest_block_params * C.FSDP_UNSHARDED_BLOCKS * model.compute_param_bytes
+    grad_blocks = (shape.unsharded_block_params(1, layout.ep) * C.FSDP_UNSHARDED_BLOCKS * model.compute_param_bytes
                    if sharding == "full" and dp_shards > 1 and peft is None else 0.0)
     _, working = model._activation_per_token(1, False, recompute, sharding)
     tokens = MICRO_BATCH * seq / layout.cp
@@ -153,20 +170,22 @@ def measure(raw: dict, nproc: int, folder: Path) -> dict[str, int]:
     return {k: max(r[k] for r in per_rank) for k in per_rank[0]}  # the fullest rank, as the estimate
 
 
-def write_model_dir(folder: Path) -> Path:
+def write_model_dir(folder: Path, moe: bool = False) -> Path:
     from trainer.models.config import DecoderConfig
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(DecoderConfig(**SHAPE).to_hf(), indent=1))
+    config = MOE_SHAPE if moe else DecoderConfig(**SHAPE).to_hf()
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
 
 
 def compare(names: list[str], seq: int = SEQ) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = write_model_dir(Path(tmp) / "model")
+        model_dirs = {moe: write_model_dir(Path(tmp) / ("moe" if moe else "dense"), moe) for moe in (False, True)}
         for name in names:
             nproc, distributed, peft, precision = CONFIGS[name]
+            model_dir = model_dirs[name in MOE_CONFIGS]
             folder = Path(tmp) / f"run{len(rows)}"
             folder.mkdir()
             raw = recipe_config(model_dir, folder / "out", nproc, distributed, peft, precision, seq)

@@ -100,6 +100,9 @@ class ModelShape:
     # q/k/v and gate/up linears, as the bundled trainer's Hugging Face layout has): the extra bf16
     # copies beyond the one gemm_in counts, per token over all layers.
     autocast_extra_input_casts: float
+    # The per-head Q and K RMSNorms' inputs and fp32 1/rms, per token over all layers (bf16; 0 without QK
+    # norms). Counted for the bundled engine, where memory_probe measures them; see MemoryModel.
+    qk_norm_activations: float
     total_params: int
     active_params: int
 
@@ -153,6 +156,14 @@ def _attention_activations(card: ModelCard) -> tuple[ActivationBytes, Activation
     return none, selective, flops_coef, kv_bytes
 
 
+def _qk_norm_activations(card: ModelCard) -> float:
+    """Bytes per token one attention layer's Q/K RMSNorms keep for backward: their bf16 inputs and fp32 1/rms."""
+    if not card.qk_norm or card.uses_mla:
+        return 0.0
+    heads = card.num_attention_heads + card.num_key_value_heads
+    return C.ACTIVATION_BYTES * heads * card.head_dim + 4 * heads
+
+
 def _mlp_activations(card: ModelCard, width: int) -> tuple[ActivationBytes, ActivationBytes]:
     """Norm input and output, FC1 output (2 halves when gated), activation output (FC2 input)."""
     b, h = C.ACTIVATION_BYTES, card.hidden_size
@@ -163,16 +174,19 @@ def _mlp_activations(card: ModelCard, width: int) -> tuple[ActivationBytes, Acti
 
 
 def _moe_activations(card: ModelCard) -> tuple[ActivationBytes, ActivationBytes]:
-    """Norm in/out, fp32 router logits, shared experts, and per routed copy: the permuted input,
-    FC1 output, activation output and the expert output kept for the weighted combine."""
+    """Norm in/out, fp32 router probabilities, the routing bookkeeping (per routed copy: the expert id,
+    the sort order and the token index in int64, the fp32 top-k weight and its compute-dtype copy in
+    sorted order), shared experts, and per routed copy: the permuted input, FC1 output, activation
+    output and the expert output kept for the weighted combine."""
     b, h, k = C.ACTIVATION_BYTES, card.hidden_size, card.num_experts_per_tok
     width = card.moe_intermediate_size or card.intermediate_size
     fc1 = (2 if card.gated_mlp else 1) * width
     shared = card.shared_expert_ffn_total
     shared_fc1 = b * fc1 * shared / width if shared else 0.0
-    none = ActivationBytes(norm_in=b * h + 4 * card.num_experts, gemm_in=b * h, tp=shared_fc1, tp_gemm=b * shared,
+    router = 4 * card.num_experts + k * (3 * 8 + 4 + b) + 4  # + the top-k weights' fp32 sum
+    none = ActivationBytes(norm_in=b * h + router, gemm_in=b * h, tp=shared_fc1, tp_gemm=b * shared,
                            expert=k * b * (h + fc1), expert_gemm=k * b * (h + width))
-    selective = ActivationBytes(norm_in=b * h + 4 * card.num_experts, tp=shared_fc1,
+    selective = ActivationBytes(norm_in=b * h + router, tp=shared_fc1,
                                 expert=k * b * (h + fc1), expert_gemm=k * b * h)
     return none, selective
 
@@ -270,7 +284,9 @@ def _build_shape(card: ModelCard) -> ModelShape:
     experts_total = pc.per_expert * card.num_experts * pc.num_moe_layers if card.is_moe else 0
     body = pc.total - pc.embedding - pc.output - card.hidden_size
     moe_block = pc.router + pc.shared_experts + card.num_experts * pc.per_expert
-    largest_block = max(pc.per_layer_dense, pc.per_layer_moe, pc.mamba + card.hidden_size, moe_block)
+    # A model whose every layer is MoE has no dense-MLP layer to gather (its intermediate_size is unused).
+    dense_layer = pc.per_layer_dense if card.hybrid_layer_pattern or pc.num_dense_layers else 0
+    largest_block = max(dense_layer, pc.per_layer_moe, pc.mamba + card.hidden_size, moe_block)
     widths = [card.hidden_size, card.intermediate_size]
     return ModelShape(
         id=card.id,
@@ -283,7 +299,7 @@ def _build_shape(card: ModelCard) -> ModelShape:
         layer_expert_params=experts_total,
         active_expert_params=pc.per_expert * card.num_experts_per_tok * pc.num_moe_layers if card.is_moe else 0,
         largest_block_params=largest_block,
-        largest_dense_block_params=max(pc.per_layer_dense, pc.mamba + card.hidden_size),
+        largest_dense_block_params=max(dense_layer, pc.mamba + card.hidden_size),
         moe_block_params=max(pc.per_layer_moe, moe_block) if card.is_moe else 0,
         block_expert_params=card.num_experts * pc.per_expert if card.is_moe else 0,
         lora_params=_lora_params(card, C.LORA_DEFAULT_RANK),
@@ -300,6 +316,7 @@ def _build_shape(card: ModelCard) -> ModelShape:
         act_none=act_none,
         act_selective=act_sel,
         act_largest_layer=largest,
+        qk_norm_activations=_qk_norm_activations(card) * pc.num_attention_layers,
         autocast_extra_input_casts=C.ACTIVATION_BYTES * card.hidden_size * (
             2 * pc.num_attention_layers + (1 if card.gated_mlp else 0) * dense_mlp_layers),
         total_params=pc.total,

@@ -164,14 +164,16 @@ def measure_recipe_step(recipe) -> MeasuredMemory:
 
     from torch.distributed.tensor import DTensor
 
-    # FSDP2 swaps a module's sharded DTensor parameters for plain unsharded ones while it computes.
+    # FSDP2 swaps a module's sharded DTensor parameters for unsharded ones while it computes: plain tensors, or
+    # DTensors over the expert-parallel mesh for experts. Either way their storage is not a shard's.
     sharded = any(isinstance(p, DTensor) for p in model.parameters())
+    shard_storages = set(_storages(model.parameters()))
 
     def on_op(tracker: LiveBytes) -> None:
         params = _storages(model.parameters())
         grads = _storages(p.grad for p in model.parameters() if p.grad is not None)
         if sharded:
-            unsharded = _storages(p for p in model.parameters() if not isinstance(p, DTensor))
+            unsharded = {key: size for key, size in params.items() if key not in shard_storages}
             held = sum(unsharded.values()) + tracker.bytes_of(set(unsharded), only=tracker.all_gather_buffers)
             peaks[phase["name"]] = max(peaks[phase["name"]], held)
         not_activations = set(params) | set(grads) | tracker.all_gather_buffers

@@ -47,7 +47,8 @@ class AllToAllDispatcher:
         segment = torch.repeat_interleave(torch.arange(ep * local, device=counts.device), recv_counts.reshape(-1))
         order = torch.argsort((segment % local) * ep + segment // local, stable=True)
         computed = experts(received[order], recv_counts.sum(0))
-        back = torch.empty_like(computed).index_copy(0, order, computed)
+        # scatter keeps only the index for backward; index_copy would also keep `computed`.
+        back = torch.empty_like(computed).scatter(0, order.unsqueeze(1).expand_as(computed), computed)
         return all_to_all(back, send_splits, recv_splits, self.group)
 
 

@@ -10,7 +10,7 @@ Routing is dropless: every token reaches its k experts. Tokens are sorted by exp
 no Python loop over experts), the experts run as one grouped GEMM (`torch._grouped_mm`: bf16 on CUDA
 GPUs of compute capability 8.0+, fp32/bf16 on CPU; a loop of plain matmuls over the per-expert groups
 where it does not run), and
-the outputs are weighted and summed back per token with `index_add`. Expert parallel
+the outputs are weighted and summed back per token with `scatter_add`. Expert parallel
 (trainer/distributed/expert_parallel.py) replaces the `dispatcher`, which moves the sorted tokens
 to the ranks holding their experts and back; this module stays free of communication.
 
@@ -192,7 +192,9 @@ class MoE(nn.Module):
         token_of = order // self.top_k
         out_sorted = self.dispatcher(self.experts, flat[token_of], counts)
         out_sorted = out_sorted * weights.reshape(-1)[order].unsqueeze(-1).to(out_sorted.dtype)
-        out = torch.zeros_like(flat).index_add_(0, token_of, out_sorted.to(flat.dtype))
+        # scatter_add_ keeps only the index for backward; index_add_ would also keep its [N k, H] source.
+        rows = token_of.unsqueeze(1).expand(-1, flat.shape[-1])
+        out = torch.zeros_like(flat).scatter_add_(0, rows, out_sorted.to(flat.dtype))
         if self.training and torch.is_grad_enabled():
             aux_share, global_counts = self._aux_loss_share(counts, probs)
             out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))

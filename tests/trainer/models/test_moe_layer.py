@@ -105,3 +105,29 @@ def test_lora_adapts_attention_of_an_moe_and_refuses_its_experts() -> None:
     assert not any(".mlp." in n for n in names)
     with pytest.raises(ValueError, match="the experts of an MoE model .* take no adapters"):
         apply_lora(build_causal_lm("tiny-moe"), rank=4, alpha=8.0, dropout=0.0, target_modules=["down_proj"])
+
+
+def test_backward_keeps_the_expert_inputs_and_outputs_once() -> None:
+    """What the layer saves for backward per routed copy: the permuted input, the gate and up outputs, the
+    SwiGLU output and the expert output (the weighted combine's), nothing of size [N k, H] twice; the memory
+    model's MoE activation term (service/estimate/memory_shape.py) counts these."""
+    hidden, width, tokens = 32, 16, 64
+    layer = MoE(hidden, MoEConfig(num_experts=4, top_k=2, expert_intermediate_size=width))
+    for param in layer.parameters():
+        torch.nn.init.normal_(param, std=0.1)
+    x = torch.randn(tokens, hidden, requires_grad=True)
+    own = {p.untyped_storage()._cdata for p in layer.parameters()} | {x.untyped_storage()._cdata}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage()._cdata not in own:
+            saved[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer.train()(x).sum().backward()
+    routed = tokens * 2
+    per_copy = 4 * (hidden + 2 * width + width + hidden)  # fp32: input, gate + up, SwiGLU out, expert out
+    router = tokens * 4 * 4 + routed * (3 * 8 + 4 + 4)  # probabilities; ids, order, token index, weights
+    assert sum(saved.values()) <= routed * per_copy + router + 4096  # the top-k weights' sums and counts
+    assert sum(saved.values()) >= routed * per_copy
