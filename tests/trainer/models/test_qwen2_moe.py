@@ -127,3 +127,14 @@ def test_lora_adapts_the_shared_expert_not_the_routed_ones() -> None:
     adapted = {n for n, _ in model.named_parameters() if ".lora_A." in n}
     assert "model.layers.0.mlp.shared_expert.down_proj.lora_A.weight" in adapted
     assert not any(".experts." in n or ".mlp.gate." in n for n in adapted)
+
+
+def test_resume_signature_names_the_shared_expert_width() -> None:
+    from trainer.contract.resume_checks import model_signature, signature_differences
+
+    saved = model_signature(DecoderConfig.from_hf(QWEN2_MOE), None)
+    wider = model_signature(DecoderConfig.from_hf({**QWEN2_MOE, "shared_expert_intermediate_size": 32}), None)
+    assert saved["experts"]["shared_expert_intermediate_size"] == 24
+    assert signature_differences(wider, saved)[0].startswith("experts: checkpoint {")
+    assert "shared_expert_intermediate_size" not in model_signature(DecoderConfig.from_hf(MOE_CONFIGS["qwen3_moe"]),
+                                                                    None)["experts"]
