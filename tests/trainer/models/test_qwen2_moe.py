@@ -138,3 +138,15 @@ def test_resume_signature_names_the_shared_expert_width() -> None:
     assert signature_differences(wider, saved)[0].startswith("experts: checkpoint {")
     assert "shared_expert_intermediate_size" not in model_signature(DecoderConfig.from_hf(MOE_CONFIGS["qwen3_moe"]),
                                                                     None)["experts"]
+
+
+def test_bundled_tiny_qwen2_moe_builds_with_the_index_parameter_count() -> None:
+    from recipe_index import find_bundled_model, param_counts
+    from trainer.models import build_causal_lm
+
+    model = build_causal_lm("tiny-qwen2-moe", seed=1)
+    assert model.config.moe.shared_expert_intermediate_size == 64 and not model.config.moe.norm_topk_prob
+    counts = param_counts(find_bundled_model("tiny-qwen2-moe"))
+    assert counts.exact and counts.total == sum(p.numel() for p in model.parameters())
+    assert counts.active == model.config.active_parameters()
+    assert torch.isfinite(model(torch.arange(12).view(2, 6))).all()
