@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-import transformers
 import yaml
 from safetensors import safe_open
 
+from tests.e2e.test_moe_recommend_train import assert_transformers_logits, recommend_on_two_cpus
 from tests.e2e.test_recommend_validate_train import cli
 from tests.trainer.harness import records
 
@@ -23,10 +22,7 @@ TRAIN_OVERRIDES = ("--step_scheduler.max_steps", "6", "--step_scheduler.checkpoi
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("qwen2moe")
-    rec = cli("recommend", "--model", "tiny-qwen2-moe", "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
-              "--engine", "bundled", "-o", "c.yaml", cwd=folder)
-    assert rec.returncode == 0, rec.stderr
+    folder = recommend_on_two_cpus("tiny-qwen2-moe", tmp_path_factory.mktemp("qwen2moe")).parent
     config = yaml.safe_load((folder / "c.yaml").read_text())
     assert config["distributed"]["ep_size"] == 2
     val = cli("validate", "c.yaml", "--format", "json", cwd=folder)
@@ -45,16 +41,9 @@ def test_trains_with_falling_loss_and_router_metrics(trained: Path) -> None:
 
 
 def test_checkpoint_with_shared_expert_loads_in_transformers_with_equal_logits(trained: Path) -> None:
-    from trainer.models import build_causal_lm
-
     folder = trained / "epoch_0_step_6" / "model" / "consolidated"
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         names = set(f.keys())
     assert {"model.layers.0.mlp.shared_expert.up_proj.weight", "model.layers.0.mlp.shared_expert_gate.weight",
             "model.layers.1.mlp.experts.7.down_proj.weight"} <= names
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    assert type(hf).__name__ == "Qwen2MoeForCausalLM"
-    ours = build_causal_lm(str(folder), load_weights=True).eval()
-    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+    assert_transformers_logits(folder, "Qwen2MoeForCausalLM")
