@@ -295,6 +295,16 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
         "rope_theta": 1000000.0, "attention_bias": False, "rms_norm_eps": 1e-6, "hidden_act": "silu",
         "architectures": ["Qwen3MoeForCausalLM"],
     },
+    # Qwen2-MoE's shape at tiny-moe's size: a shared expert beside 8 routed ones, top-k not renormalised.
+    "tiny-qwen2-moe": {
+        "model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": False, "vocab_size": 512,
+        "max_position_embeddings": 256, "tie_word_embeddings": False, "rope_theta": 1000000.0,
+        "use_sliding_window": False, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+        "architectures": ["Qwen2MoeForCausalLM"],
+    },
 }
 
 # Hub repos renamed after the reference recorded them: the current id finds the card too (model pages and

@@ -22,13 +22,17 @@ TRAIN_OVERRIDES = ("--step_scheduler.max_steps", "8", "--step_scheduler.checkpoi
                    "--lr_scheduler.decay_steps", "8")  # a run stopped at step 4 keeps the 8-step schedule
 
 
-@pytest.fixture(scope="module")
-def recommended(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("moe")
-    rec = cli("recommend", "--model", "tiny-moe", "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
+def recommend_on_two_cpus(model: str, folder: Path) -> Path:
+    """The bundled engine's pretraining recipe for `model` on 2 CPU processes, written to folder/c.yaml."""
+    rec = cli("recommend", "--model", model, "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
               "--engine", "bundled", "-o", "c.yaml", cwd=folder)
     assert rec.returncode == 0, rec.stderr
     return folder / "c.yaml"
+
+
+@pytest.fixture(scope="module")
+def recommended(tmp_path_factory) -> Path:
+    return recommend_on_two_cpus("tiny-moe", tmp_path_factory.mktemp("moe"))
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +63,20 @@ def test_trains_with_falling_loss_and_router_metrics(straight_run: Path) -> None
         assert 0 <= row["expert_load_min"] <= 64 <= row["expert_load_max"] <= 512
 
 
-def test_consolidated_checkpoint_loads_in_transformers_with_equal_logits(straight_run: Path) -> None:
+def assert_transformers_logits(folder: Path, class_name: str) -> None:
+    """transformers loads the consolidated checkpoint in `folder` as `class_name`, with the trainer's logits."""
     from trainer.models import build_causal_lm
 
-    folder = straight_run / "epoch_0_step_8" / "model" / "consolidated"
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    assert type(hf).__name__ == "Qwen3MoeForCausalLM"
+    assert type(hf).__name__ == class_name
     ours = build_causal_lm(str(folder), load_weights=True).eval()
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_consolidated_checkpoint_loads_in_transformers_with_equal_logits(straight_run: Path) -> None:
+    assert_transformers_logits(straight_run / "epoch_0_step_8" / "model" / "consolidated", "Qwen3MoeForCausalLM")
 
 
 def test_sigkill_then_restart_ends_with_the_straight_losses(recommended: Path, straight_run: Path) -> None:

@@ -49,18 +49,29 @@ def test_ep_on_a_dense_model_stops_before_launch() -> None:
         _preflight(str(BUNDLED_RECIPES / "tiny_llama_pretrain.yaml"), 2, "--distributed.ep_size", "2")
 
 
-def test_an_moe_family_the_trainer_does_not_build_stops_before_launch(tmp_path: Path) -> None:
-    folder = tmp_path / "qwen2moe"
+def _moe_folder(tmp_path: Path, model_type: str, **extra) -> str:
+    folder = tmp_path / model_type
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(dict(
-        model_type="qwen2_moe", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        model_type=model_type, vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=32, max_position_embeddings=256)))
+        moe_intermediate_size=32, max_position_embeddings=256, **extra)))
+    return str(folder)
+
+
+def test_an_moe_family_the_trainer_does_not_build_stops_before_launch(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        _preflight(MOE_RECIPE, 2, "--model.pretrained_model_name_or_path", str(folder))
+        _preflight(MOE_RECIPE, 2, "--model.pretrained_model_name_or_path", _moe_folder(tmp_path, "olmoe"))
     assert str(err.value).startswith("model.pretrained_model_name_or_path: ")
-    assert "'qwen2_moe', which the bundled trainer does not build; supported MoE families: qwen3_moe, mixtral" \
-        in str(err.value)
+    assert ("'olmoe', which the bundled trainer does not build; supported MoE families: qwen3_moe, qwen2_moe, "
+            "mixtral") in str(err.value)
+
+
+def test_a_qwen2_moe_with_expert_parallel_passes(tmp_path: Path) -> None:
+    folder = _moe_folder(tmp_path, "qwen2_moe", shared_expert_intermediate_size=64)
+    _preflight(MOE_RECIPE, 2, "--model.pretrained_model_name_or_path", folder)
+    with pytest.raises(ConfigError, match="distributed.ep_size: 3 does not divide the model's 8 experts"):
+        _preflight(MOE_RECIPE, 3, "--model.pretrained_model_name_or_path", folder, "--distributed.ep_size", "3")
 
 
 def test_capabilities_name_the_built_moe_families() -> None:

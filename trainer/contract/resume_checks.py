@@ -75,6 +75,8 @@ def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[s
     if moe is not None:  # MoE only, so dense checkpoints keep their signature
         sig["experts"] = {"num_experts": moe.num_experts, "top_k": moe.top_k,
                           "expert_intermediate_size": moe.expert_intermediate_size}
+        if getattr(moe, "shared_expert_intermediate_size", 0):  # Qwen2-MoE only, so others keep theirs
+            sig["experts"]["shared_expert_intermediate_size"] = moe.shared_expert_intermediate_size
     if peft:
         sig["peft"] = {"method": peft.get("method", "lora"), "rank": peft.get("rank"),
                        "alpha": float(peft.get("alpha", 0.0)),

@@ -1,9 +1,10 @@
 """`DecoderConfig`: the Llama-family decoder described in Hugging Face `config.json` terms.
 
 Pure Python (no torch import) so the planner and validator could read it too. One dataclass covers
-Llama (1/2/3/3.1 with `rope_type: llama3`), Mistral, Qwen2 (q/k/v bias) and Qwen3 (QK-norm): they
-differ only in flags. `from_hf` accepts both the transformers 4.x layout (`rope_theta` +
-`rope_scaling`) and the 5.x one (`rope_parameters`); `to_hf` writes both so either version loads it.
+Llama (1/2/3/3.1 with `rope_type: llama3`), Mistral, Qwen2 (q/k/v bias) and Qwen3 (QK-norm), and the
+MoE families built on them (trainer/models/moe_config.py): they differ only in flags. `from_hf` accepts
+both the transformers 4.x layout (`rope_theta` + `rope_scaling`) and the 5.x one (`rope_parameters`);
+`to_hf` writes both so either version loads it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     **MOE_ARCHITECTURES,
 }
+# Qwen2's attention: q/k/v bias, no o_proj bias, whatever `attention_bias` says.
+QWEN2_ATTENTION = ("qwen2", "qwen2_moe")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
@@ -54,7 +57,8 @@ class DecoderConfig:
     # None or {"rope_type": "linear"|"llama3", ...} exactly as Hugging Face spells it.
     rope_scaling: Optional[dict[str, Any]] = None
     tie_word_embeddings: bool = False
-    # Llama/Mistral/Qwen3: bias on q, k, v and o. Qwen2 always has q/k/v bias and no o bias.
+    # Llama/Mistral/Qwen3: bias on q, k, v and o. Qwen2 always has q/k/v bias and no o bias; Qwen2-MoE
+    # too, unless its config.json sets `qkv_bias: false` (transformers 5).
     attention_bias: bool = False
     # Mistral: every layer; Qwen2/3 (`use_sliding_window`): layers >= max_window_layers.
     sliding_window: Optional[int] = None
@@ -85,11 +89,13 @@ class DecoderConfig:
     # ---- derived flags -------------------------------------------------------------------------
     @property
     def qkv_bias(self) -> bool:
+        if self.model_type == "qwen2_moe":
+            return bool(self.extra.get("qkv_bias", True))
         return self.model_type == "qwen2" or self.attention_bias
 
     @property
     def o_proj_bias(self) -> bool:
-        return self.model_type != "qwen2" and self.attention_bias
+        return self.model_type not in QWEN2_ATTENTION and self.attention_bias
 
     @property
     def qk_norm(self) -> bool:
@@ -192,6 +198,10 @@ class DecoderConfig:
         elif model_type in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window"):
             sliding_window = cfg.get("sliding_window")
             max_window_layers = cfg.get("max_window_layers")
+        elif model_type == "qwen2_moe" and cfg.get("use_sliding_window"):
+            # transformers slides the even layers below max_window_layers there, unlike Qwen2's top layers.
+            raise ModelConfigError("use_sliding_window: true is not supported for qwen2_moe by the bundled trainer "
+                                   "(full attention only); set it to false")
 
         known = {f.name for f in fields(cls)}
         consumed = known | {"rope_parameters", "architectures", "use_sliding_window", "dtype", "transformers_version"}
@@ -285,13 +295,13 @@ class DecoderConfig:
             pad_token_id=self.pad_token_id,
             use_cache=True,
         )
-        if self.model_type != "qwen2":
+        if self.model_type not in QWEN2_ATTENTION:
             out["attention_bias"] = self.attention_bias
         if self.model_type == "llama":
             out["mlp_bias"] = False
         if self.model_type in ("mistral", "mixtral"):
             out["sliding_window"] = self.sliding_window
-        elif self.model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        elif self.model_type in ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
             out["use_sliding_window"] = self.sliding_window is not None
             out["sliding_window"] = self.sliding_window
             out["max_window_layers"] = (

@@ -114,17 +114,26 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)) (Shazeer 2020, "GLU Variants Improve Transformer")."""
+    """down(silu(gate(x)) * up(x)) (Shazeer 2020, "GLU Variants Improve Transformer"); `intermediate_size`
+    other than the config's: Qwen2-MoE's shared expert."""
 
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, intermediate_size: Optional[int] = None):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        width = intermediate_size or config.intermediate_size
+        self.gate_proj = nn.Linear(config.hidden_size, width, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, width, bias=False)
+        self.down_proj = nn.Linear(width, config.hidden_size, bias=False)
         self.kernels = config.kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x), self.kernels))
+
+
+def _moe(config: DecoderConfig) -> MoE:
+    """An MoE layer; with Qwen2-MoE's shared expert, a dense SwiGLU of `shared_expert_intermediate_size`."""
+    width = config.moe.shared_expert_intermediate_size
+    shared = SwiGLU(config, width) if width else None
+    return MoE(config.hidden_size, config.moe, config.kernels, shared_expert=shared)
 
 
 class DecoderBlock(nn.Module):
@@ -136,7 +145,7 @@ class DecoderBlock(nn.Module):
         moe = config.moe
         # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse step).
         sparse = moe is not None and moe.is_moe_layer(layer_idx)
-        self.mlp = MoE(config.hidden_size, moe, config.kernels) if sparse else SwiGLU(config)
+        self.mlp = _moe(config) if sparse else SwiGLU(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
 

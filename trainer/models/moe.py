@@ -10,7 +10,10 @@ Routing is dropless: every token reaches its k experts. Tokens are sorted by exp
 no Python loop over experts), the experts run as one grouped GEMM (`torch._grouped_mm`: bf16 on CUDA
 GPUs of compute capability 8.0+, fp32/bf16 on CPU; a loop of plain matmuls over the per-expert groups
 where it does not run), and
-the outputs are weighted and summed back per token with `scatter_add`. Expert parallel
+the outputs are weighted and summed back per token with `scatter_add`. Qwen2-MoE adds a shared expert,
+a dense SwiGLU every token passes through (``mlp.shared_expert.{gate,up,down}_proj``), scaled by
+sigmoid(``mlp.shared_expert_gate``(x)): a non-expert parameter, sharded over data parallel as attention
+is, and local to each rank under expert parallel. Expert parallel
 (trainer/distributed/expert_parallel.py) replaces the `dispatcher`, which moves the sorted tokens
 to the ranks holding their experts and back; this module stays free of communication.
 
@@ -167,13 +170,18 @@ class MoEStats:
 
 
 class MoE(nn.Module):
-    """Router + experts. `aux_group` (the data-parallel group) and `aux_grad_scale` are set by the
-    recipe: the DP size over the number of gradient-accumulation micro-batches (see the module doc)."""
+    """Router + experts (+ the gated `shared_expert`, if given). `aux_group` (the data-parallel group) and
+    `aux_grad_scale` are set by the recipe: the DP size over the number of gradient-accumulation
+    micro-batches (see the module doc)."""
 
-    def __init__(self, hidden_size: int, moe: MoEConfig, kernels: str = "torch"):
+    def __init__(self, hidden_size: int, moe: MoEConfig, kernels: str = "torch",
+                 shared_expert: Optional[nn.Module] = None):
         super().__init__()
         self.gate = Router(hidden_size, moe)
         self.experts = GroupedExperts(hidden_size, moe, kernels)
+        if shared_expert is not None:
+            self.shared_expert = shared_expert
+            self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
         self.num_experts = moe.num_experts
         self.top_k = moe.top_k
         self.aux_loss_coef = moe.router_aux_loss_coef
@@ -195,6 +203,8 @@ class MoE(nn.Module):
         # scatter_add_ keeps only the index for backward; index_add_ would also keep its [N k, H] source.
         rows = token_of.unsqueeze(1).expand(-1, flat.shape[-1])
         out = torch.zeros_like(flat).scatter_add_(0, rows, out_sorted.to(flat.dtype))
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         if self.training and torch.is_grad_enabled():
             aux_share, global_counts = self._aux_loss_share(counts, probs)
             out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))

@@ -1,5 +1,5 @@
 """`MoEConfig`: the mixture-of-experts part of a Hugging Face `config.json`, one dataclass for the
-families the bundled trainer builds (Qwen3-MoE, Mixtral).
+families the bundled trainer builds (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral).
 
 Pure Python (no torch) like `DecoderConfig`. The families differ in key names and in where the
 expert weights live in the Hub checkpoint; `HUB_LAYOUTS` names the latter, which the checkpoint
@@ -14,10 +14,11 @@ from typing import Any, Optional
 # model_type -> the transformers class the consolidated checkpoint names.
 MOE_ARCHITECTURES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
     "mixtral": "MixtralForCausalLM",
 }
 # Hugging Face model types with experts the trainer does not build (named in the refusal).
-KNOWN_UNBUILT_MOE = ("qwen2_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe", "dbrx", "olmoe")
+KNOWN_UNBUILT_MOE = ("deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe", "dbrx", "olmoe")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class HubLayout:
 
 HUB_LAYOUTS = {
     "qwen3_moe": HubLayout(block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
+    "qwen2_moe": HubLayout(block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
     "mixtral": HubLayout(block="block_sparse_moe", gate="w1", up="w3", down="w2"),
 }
 
@@ -48,16 +50,20 @@ class MoEConfig:
     # Qwen3-MoE: renormalise the top-k probabilities (norm_topk_prob); Mixtral always does.
     norm_topk_prob: bool = True
     router_aux_loss_coef: float = 0.001
-    # Dense layers inside an MoE model (Qwen3-MoE): listed ones, and those off the sparse step.
+    # Dense layers inside an MoE model (Qwen2/3-MoE): listed ones, and those off the sparse step.
     mlp_only_layers: list[int] = field(default_factory=list)
     decoder_sparse_step: int = 1
+    # Qwen2-MoE: one dense SwiGLU expert every token passes through, scaled by sigmoid(x w); 0 = none.
+    shared_expert_intermediate_size: int = 0
 
     def is_moe_layer(self, layer_idx: int) -> bool:
         return layer_idx not in self.mlp_only_layers and (layer_idx + 1) % self.decoder_sparse_step == 0
 
     def expert_parameters(self, hidden_size: int) -> int:
-        """Parameters of one MoE layer: all experts plus the router."""
-        return 3 * self.num_experts * hidden_size * self.expert_intermediate_size + self.num_experts * hidden_size
+        """Parameters of one MoE layer: all experts plus the router, and the shared expert with its gate."""
+        routed = 3 * self.num_experts * hidden_size * self.expert_intermediate_size + self.num_experts * hidden_size
+        shared = 3 * hidden_size * self.shared_expert_intermediate_size + hidden_size
+        return routed + (shared if self.shared_expert_intermediate_size else 0)
 
 
 def read_moe(cfg: dict[str, Any]) -> Optional[MoEConfig]:
@@ -78,18 +84,27 @@ def read_moe(cfg: dict[str, Any]) -> Optional[MoEConfig]:
                         expert_intermediate_size=_positive(cfg, "intermediate_size"), norm_topk_prob=True,
                         router_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.02)))
     else:
-        sparse_step = int(cfg.get("decoder_sparse_step") or 1)
-        if sparse_step < 1:
-            raise MoEConfigError(f"decoder_sparse_step: {sparse_step} must be >= 1")
-        moe = MoEConfig(num_experts=_positive(cfg, _experts_key(cfg)), top_k=_positive(cfg, "num_experts_per_tok"),
-                        expert_intermediate_size=_positive(cfg, "moe_intermediate_size"),
-                        norm_topk_prob=bool(cfg.get("norm_topk_prob", True)),
-                        router_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.001)),
-                        mlp_only_layers=[int(i) for i in cfg.get("mlp_only_layers") or []],
-                        decoder_sparse_step=sparse_step)
+        moe = _read_qwen_moe(cfg)
     if moe.top_k > moe.num_experts:
         raise MoEConfigError(f"num_experts_per_tok ({moe.top_k}) exceeds the number of experts ({moe.num_experts})")
     return moe
+
+
+def _read_qwen_moe(cfg: dict[str, Any]) -> MoEConfig:
+    """Qwen3-MoE and Qwen2-MoE: dense layers by list and sparse step; Qwen2-MoE adds the shared expert.
+    `norm_topk_prob` unset: false for Qwen2-MoE as in transformers; true for Qwen3-MoE, as every Qwen3-MoE
+    release sets it (the bundled cards of those releases omit the key)."""
+    sparse_step = int(cfg.get("decoder_sparse_step") or 1)
+    if sparse_step < 1:
+        raise MoEConfigError(f"decoder_sparse_step: {sparse_step} must be >= 1")
+    qwen2 = cfg.get("model_type") == "qwen2_moe"
+    shared = _positive(cfg, "shared_expert_intermediate_size") if qwen2 else 0
+    return MoEConfig(num_experts=_positive(cfg, _experts_key(cfg)), top_k=_positive(cfg, "num_experts_per_tok"),
+                     expert_intermediate_size=_positive(cfg, "moe_intermediate_size"),
+                     norm_topk_prob=bool(cfg.get("norm_topk_prob", not qwen2)),
+                     router_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.001)),
+                     mlp_only_layers=[int(i) for i in cfg.get("mlp_only_layers") or []],
+                     decoder_sparse_step=sparse_step, shared_expert_intermediate_size=shared)
 
 
 def _experts_key(cfg: dict[str, Any]) -> str:
@@ -111,12 +126,15 @@ def moe_hf_keys(model_type: str, moe: MoEConfig) -> dict[str, Any]:
     if model_type == "mixtral":
         return {**common, "num_local_experts": moe.num_experts, "intermediate_size": moe.expert_intermediate_size,
                 "router_jitter_noise": 0.0}
-    return {**common, "num_experts": moe.num_experts, "moe_intermediate_size": moe.expert_intermediate_size,
+    qwen = {**common, "num_experts": moe.num_experts, "moe_intermediate_size": moe.expert_intermediate_size,
             "norm_topk_prob": moe.norm_topk_prob, "mlp_only_layers": list(moe.mlp_only_layers),
             "decoder_sparse_step": moe.decoder_sparse_step}
+    if model_type == "qwen2_moe":
+        qwen["shared_expert_intermediate_size"] = moe.shared_expert_intermediate_size
+    return qwen
 
 
 # Keys read into MoEConfig (not passed through `DecoderConfig.extra`).
 MOE_KEYS = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
             "router_aux_loss_coef", "mlp_only_layers", "decoder_sparse_step", "output_router_logits",
-            "router_jitter_noise")
+            "router_jitter_noise", "shared_expert_intermediate_size")

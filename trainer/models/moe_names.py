@@ -3,8 +3,9 @@
 The trainer holds ``model.layers.L.mlp.experts.gate_proj`` [E, I, H] (and up_proj, down_proj); the Hub
 checkpoints of each family hold ``model.layers.L.{block}.experts.{i}.{gate}.weight`` [I, H] per expert
 and ``model.layers.L.{block}.gate.weight`` for the router (`HUB_LAYOUTS`: ``mlp`` with
-gate/up/down_proj for Qwen3-MoE, ``block_sparse_moe`` with w1/w3/w2 for Mixtral). Loading stacks, saving
-unbinds, so transformers loads what the trainer writes and the trainer loads the Hub's files.
+gate/up/down_proj for Qwen3-MoE and Qwen2-MoE, ``block_sparse_moe`` with w1/w3/w2 for Mixtral). Loading
+stacks, saving unbinds, so transformers loads what the trainer writes and the trainer loads the Hub's files.
+Qwen2-MoE's ``mlp.shared_expert.*`` and ``mlp.shared_expert_gate.weight`` have the same names on both sides.
 """
 
 from __future__ import annotations

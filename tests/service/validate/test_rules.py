@@ -39,7 +39,7 @@ def models(tmp_path_factory):
     return {
         "dense": make("dense", **DENSE),
         "moe": make("moe", **MOE),
-        "moe_unbuilt": make("moe_unbuilt", **dict(MOE, model_type="qwen2_moe")),
+        "moe_unbuilt": make("moe_unbuilt", **dict(MOE, model_type="olmoe")),
         "moe60": make("moe60", **dict(MOE, num_experts=60)),
         "big": make("big", **BIG),
         "bigmoe": make("bigmoe", **BIG_MOE),

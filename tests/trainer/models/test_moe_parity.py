@@ -1,4 +1,4 @@
-"""Our Qwen3-MoE and Mixtral give transformers' logits on random weights, loading the Hub's per-expert
+"""Our Qwen3-MoE, Qwen2-MoE and Mixtral give transformers' logits on random weights, loading the Hub's per-expert
 safetensors that `save_pretrained` writes, and transformers loads what the trainer saves."""
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ MOE_CONFIGS = {
     "qwen3_moe_unnormed": {**BASE, "model_type": "qwen3_moe", "intermediate_size": 48, "moe_intermediate_size": 16,
                            "num_experts": 4, "num_experts_per_tok": 3, "norm_topk_prob": False,
                            "mlp_only_layers": [], "decoder_sparse_step": 2},
+    # Qwen2-MoE: a shared expert of its own width beside the routed ones, top-k not renormalised, layer 1 dense.
+    "qwen2_moe": {**BASE, "model_type": "qwen2_moe", "intermediate_size": 48, "moe_intermediate_size": 16,
+                  "shared_expert_intermediate_size": 24, "num_experts": 6, "num_experts_per_tok": 2,
+                  "mlp_only_layers": [1], "decoder_sparse_step": 1, "router_aux_loss_coef": 0.001},
     "mixtral": {**BASE, "model_type": "mixtral", "intermediate_size": 24, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02, "sliding_window": None},
 }
@@ -84,6 +88,10 @@ def test_dense_layers_stay_dense() -> None:
     sparse_step = CausalLM(DecoderConfig.from_hf(MOE_CONFIGS["qwen3_moe_unnormed"]))
     assert "model.layers.0.mlp.gate_proj.weight" in sparse_step.state_dict()  # (0 + 1) % 2 != 0
     assert "model.layers.1.mlp.experts.down_proj" in sparse_step.state_dict()
+    qwen2 = CausalLM(DecoderConfig.from_hf(MOE_CONFIGS["qwen2_moe"])).state_dict()
+    assert tuple(qwen2["model.layers.0.mlp.shared_expert.gate_proj.weight"].shape) == (24, 32)
+    assert tuple(qwen2["model.layers.1.mlp.gate_proj.weight"].shape) == (48, 32)  # dense: intermediate_size
+    assert not any(n.startswith("model.layers.1.mlp.") and "expert" in n for n in qwen2)
 
 
 def test_num_parameters_counts_experts_and_active_parameters_the_top_k() -> None:
@@ -95,7 +103,10 @@ def test_num_parameters_counts_experts_and_active_parameters_the_top_k() -> None
 
 
 @pytest.mark.parametrize("cfg, key", [
-    ({**BASE, "model_type": "qwen2_moe", "intermediate_size": 48, "num_experts": 4}, "qwen2_moe"),
+    ({**BASE, "model_type": "olmoe", "intermediate_size": 48, "num_experts": 4}, "olmoe"),
+    ({k: v for k, v in MOE_CONFIGS["qwen2_moe"].items() if k != "shared_expert_intermediate_size"},
+     "shared_expert_intermediate_size"),
+    ({**MOE_CONFIGS["qwen2_moe"], "use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
     ({**BASE, "model_type": "deepseek_v3", "intermediate_size": 48, "n_routed_experts": 4}, "deepseek_v3"),
     ({**MOE_CONFIGS["mixtral"], "router_jitter_noise": 0.1}, "router_jitter_noise"),
     ({**MOE_CONFIGS["qwen3_moe"], "num_experts_per_tok": 9}, "num_experts_per_tok"),

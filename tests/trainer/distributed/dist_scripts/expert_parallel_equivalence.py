@@ -31,6 +31,9 @@ FAMILIES = {
     "qwen3_moe": {**TINY, "model_type": "qwen3_moe", "intermediate_size": 48, "moe_intermediate_size": 16,
                   "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True, "mlp_only_layers": [],
                   "decoder_sparse_step": 1, "router_aux_loss_coef": 0.05},
+    "qwen2_moe": {**TINY, "model_type": "qwen2_moe", "intermediate_size": 48, "moe_intermediate_size": 16,
+                  "shared_expert_intermediate_size": 24, "num_experts": 4, "num_experts_per_tok": 2,
+                  "mlp_only_layers": [], "decoder_sparse_step": 1, "router_aux_loss_coef": 0.05},
     "mixtral": {**TINY, "model_type": "mixtral", "intermediate_size": 16, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "router_aux_loss_coef": 0.05},
 }
@@ -38,6 +41,7 @@ FAMILIES = {
 CASES = {
     "ep2": ("qwen3_moe", 2, "none", True, False),
     "ep2_mixtral_ac": ("mixtral", 2, "full", False, True),
+    "ep2_qwen2_moe": ("qwen2_moe", 2, "none", True, False),
     "fsdp2_moe": ("qwen3_moe", 1, "selective", True, False),
     "ep2_dp2": ("qwen3_moe", 2, "none", True, True),
     "ep4": ("mixtral", 4, "full", True, False),
@@ -79,6 +83,10 @@ def run_case(case: str, config_dir: Path, out: Path) -> None:
     losses, aux, loads, grads, final = train(model, data, dp_rank=dp.get_local_rank(), dp_size=dp.size(),
                                              dp_group=dp.get_group(), chunked=chunked)
     expert_local_rows = [tuple(p.to_local().shape) for n, p in model.named_parameters() if "experts.gate_proj" in n]
+    # Mesh dimensions each kind of parameter is sharded over: the shared expert goes with attention.
+    meshes = {kind: [list(p.device_mesh.mesh_dim_names) for n, p in model.named_parameters() if kind in n][0]
+              for kind in ("self_attn.q_proj.weight", "experts.gate_proj", "shared_expert.gate_proj")
+              if any(kind in n for n, _ in model.named_parameters())}
     if rank == 0:
         ref_losses, ref_aux, ref_loads, ref_grads, ref_final = train(build_causal_lm(path, device="cpu", seed=SEED),
                                                                      data, chunked=chunked)
@@ -86,7 +94,8 @@ def run_case(case: str, config_dir: Path, out: Path) -> None:
                   "loads": loads, "reference_loads": ref_loads, "init_diff": init_diff,
                   "grad_diff": max_diff(grads, ref_grads), "weight_diff": max_diff(final, ref_final),
                   "weight_change": max_diff(ref_final, init), "world_size": world,
-                  "ep_size": mesh["ep"].size() if ep_size > 1 else 1, "expert_local_shape": expert_local_rows[0]}
+                  "ep_size": mesh["ep"].size() if ep_size > 1 else 1, "expert_local_shape": expert_local_rows[0],
+                  "meshes": meshes}
         (out / f"{case}.json").write_text(json.dumps(result))
     dist.barrier()
 
