@@ -21,6 +21,7 @@ from trainer.contract.model_settings import (  # noqa: F401  (re-exported: the s
     KERNELS,
     LINEAR_MODULES,
 )
+from trainer.models.mla_config import MLA_KEYS, MLAConfig, mla_hf_keys, read_mla
 from trainer.models.moe_config import MOE_ARCHITECTURES, MOE_KEYS, MoEConfig, MoEConfigError, moe_hf_keys, read_moe
 
 ARCHITECTURES = {
@@ -69,6 +70,7 @@ class DecoderConfig:
     kernels: str = "torch"
     extra: dict[str, Any] = field(default_factory=dict)  # other config.json keys, written back untouched
     moe: Optional[MoEConfig] = None  # experts, router and sparse layers (trainer/models/moe_config.py)
+    mla: Optional[MLAConfig] = None  # DeepSeek-V3's latent attention (trainer/models/mla_config.py)
 
     def __post_init__(self) -> None:
         if self.num_key_value_heads is None:
@@ -116,6 +118,8 @@ class DecoderConfig:
         attn += (q + 2 * kv) if self.qkv_bias else 0
         attn += h if self.o_proj_bias else 0
         attn += 2 * self.head_dim if self.qk_norm else 0
+        if self.mla is not None:
+            attn = self.mla.attention_parameters(h, self.num_attention_heads, self.attention_bias)
         block = attn + 3 * h * self.intermediate_size + 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         layers = self.num_hidden_layers * block
@@ -175,7 +179,7 @@ class DecoderConfig:
         if model_type is None:
             raise ModelConfigError("config.json has no model_type")
         try:
-            moe = read_moe(cfg)
+            moe, mla = read_moe(cfg), read_mla(cfg)
         except MoEConfigError as err:
             raise ModelConfigError(str(err)) from None
         if cfg.get("mlp_bias"):
@@ -196,7 +200,9 @@ class DecoderConfig:
         known = {f.name for f in fields(cls)}
         consumed = known | {"rope_parameters", "architectures", "use_sliding_window", "dtype", "transformers_version"}
         consumed |= set(MOE_KEYS) if moe is not None else set()
-        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels", "moe")}
+        consumed |= set(MLA_KEYS) if mla is not None else set()
+        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels", "moe",
+                                                                    "mla")}
         kwargs.update(
             model_type=model_type,
             rope_theta=rope_theta,
@@ -207,7 +213,10 @@ class DecoderConfig:
             attn_implementation=attn_implementation,
             extra={k: v for k, v in cfg.items() if k not in consumed},
             moe=moe,
+            mla=mla,
         )
+        if mla is not None:  # the rotary width, as transformers' DeepseekV3Config sets head_dim
+            kwargs["head_dim"] = mla.qk_rope_head_dim
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
         return cls(**kwargs)
@@ -299,6 +308,8 @@ class DecoderConfig:
             )
         if self.moe is not None:
             out.update(moe_hf_keys(self.model_type, self.moe))
+        if self.mla is not None:
+            out.update(mla_hf_keys(self.mla))
         if self.torch_dtype:
             out["torch_dtype"] = self.torch_dtype
             out["dtype"] = self.torch_dtype

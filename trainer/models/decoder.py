@@ -45,13 +45,13 @@ def _window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tenso
 
 
 def eager_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], scale: Optional[float] = None
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v in plain math, the reference the SDPA path must equal."""
+    """softmax(q k^T * scale) v in plain math (scale 1/sqrt(d) by default), the reference the SDPA path must equal."""
     n_rep = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(n_rep, dim=1)
     v = v.repeat_interleave(n_rep, dim=1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     if mask is None:
         t = q.shape[-2]
         mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
@@ -60,11 +60,12 @@ def eager_attention(
     return torch.matmul(probs, v)
 
 
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                   scale: Optional[float] = None) -> torch.Tensor:
     gqa = q.shape[1] != k.shape[1]
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa, scale=scale)
 
 
 ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
@@ -116,15 +117,25 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)) (Shazeer 2020, "GLU Variants Improve Transformer")."""
 
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, intermediate_size: Optional[int] = None):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        inner = config.intermediate_size if intermediate_size is None else intermediate_size
+        self.gate_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.down_proj = nn.Linear(inner, config.hidden_size, bias=False)
         self.kernels = config.kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x), self.kernels))
+
+
+def _attention(config: DecoderConfig, layer_idx: int) -> nn.Module:
+    """GQA attention, or DeepSeek's multi-head latent attention (imported here: it builds on this module)."""
+    if config.mla is None:
+        return Attention(config, layer_idx)
+    from trainer.models.deepseek import LatentAttention
+
+    return LatentAttention(config)
 
 
 class DecoderBlock(nn.Module):
@@ -132,11 +143,16 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config: DecoderConfig, layer_idx: int):
         super().__init__()
-        self.self_attn = Attention(config, layer_idx)
+        self.self_attn = _attention(config, layer_idx)
         moe = config.moe
-        # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse step).
+        # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse
+        # step, first_k_dense_replace).
         sparse = moe is not None and moe.is_moe_layer(layer_idx)
-        self.mlp = MoE(config.hidden_size, moe, config.kernels) if sparse else SwiGLU(config)
+        if sparse:
+            shared = SwiGLU(config, moe.shared_intermediate_size) if moe.n_shared_experts else None
+            self.mlp = MoE(config.hidden_size, moe, config.kernels, shared_experts=shared)
+        else:
+            self.mlp = SwiGLU(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)
 

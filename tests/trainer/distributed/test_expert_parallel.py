@@ -2,7 +2,8 @@
 dist_scripts/expert_parallel_equivalence.py; each test checks the files its case wrote.
 
 EP=2 over 2 processes (Qwen3-MoE built on meta; Mixtral with full activation checkpointing and the chunked
-loss) and FSDP2 over an MoE without EP; EP=2 x DP=2 and EP=4 need 4 processes and are marked slow.
+loss; DeepSeek-V3 with MLA, shared experts and its frozen selection bias, checkpointed) and FSDP2 over an
+MoE without EP; EP=2 x DP=2 and EP=4 need 4 processes and are marked slow.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ TOLERANCE = 1e-5
 @pytest.fixture(scope="module")
 def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("expert2")
-    launch(2, ["ep2", "ep2_mixtral_ac", "fsdp2_moe"], out, timeout=240, script=SCRIPT)
+    launch(2, ["ep2", "ep2_mixtral_ac", "fsdp2_moe", "ep2_deepseek"], out, timeout=300, script=SCRIPT)
     return out
 
 
@@ -49,6 +50,10 @@ def test_ep2_equals_one_process(two_process_results: Path) -> None:
 
 def test_ep2_mixtral_checkpointed_chunked_equals_one_process(two_process_results: Path) -> None:
     check_case(two_process_results, "ep2_mixtral_ac", world_size=2, ep_size=2, local_experts=2)
+
+
+def test_ep2_deepseek_v3_checkpointed_equals_one_process(two_process_results: Path) -> None:
+    check_case(two_process_results, "ep2_deepseek", world_size=2, ep_size=2, local_experts=2)
 
 
 def test_fsdp2_moe_without_ep_equals_one_process(two_process_results: Path) -> None:

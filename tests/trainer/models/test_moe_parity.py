@@ -96,7 +96,7 @@ def test_num_parameters_counts_experts_and_active_parameters_the_top_k() -> None
 
 @pytest.mark.parametrize("cfg, key", [
     ({**BASE, "model_type": "qwen2_moe", "intermediate_size": 48, "num_experts": 4}, "qwen2_moe"),
-    ({**BASE, "model_type": "deepseek_v3", "intermediate_size": 48, "n_routed_experts": 4}, "deepseek_v3"),
+    ({**BASE, "model_type": "deepseek_v2", "intermediate_size": 48, "n_routed_experts": 4}, "deepseek_v2"),
     ({**MOE_CONFIGS["mixtral"], "router_jitter_noise": 0.1}, "router_jitter_noise"),
     ({**MOE_CONFIGS["qwen3_moe"], "num_experts_per_tok": 9}, "num_experts_per_tok"),
 ])
