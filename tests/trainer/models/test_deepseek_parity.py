@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from safetensors import safe_open
 
-from trainer.components.hf_io import save_hf_model
-from trainer.distributed.parallelize import full_state_dict
-from trainer.models import CausalLM, DecoderConfig, ModelConfigError, build_causal_lm, load_weights_into
+from tests.trainer.models.hub_parity import (
+    assert_logits_equal_from_hub,
+    assert_transformers_loads_what_we_save,
+    hub_names,
+    random_hf_model,
+)
+from trainer.models import CausalLM, DecoderConfig, ModelConfigError, build_causal_lm
 from trainer.models.moe import MoE, Router
 
 TINY = {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3,
@@ -33,20 +36,6 @@ CONFIGS = {
 }
 
 
-def random_hf_model(cfg: dict, attn: str = "eager") -> transformers.PreTrainedModel:
-    hf_config = transformers.AutoConfig.for_model(**cfg)
-    hf_config._attn_implementation = attn
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.2)
-        for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # a non-zero bias must change the choice of experts
-                buffer.normal_(0.0, 0.3)
-    return model
-
-
 @pytest.fixture(params=sorted(CONFIGS))
 def hub_folder(request, tmp_path: Path) -> tuple[transformers.PreTrainedModel, Path]:
     hf_model = random_hf_model(CONFIGS[request.param])
@@ -57,31 +46,17 @@ def hub_folder(request, tmp_path: Path) -> tuple[transformers.PreTrainedModel, P
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_logits_equal_transformers_from_hub_safetensors(hub_folder, attn: str) -> None:
     hf_model, folder = hub_folder
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        names = set(f.keys())
+    names = hub_names(folder)
     assert "model.layers.2.mlp.experts.0.gate_proj.weight" in names, "the Hub layout keeps one tensor per expert"
     assert "model.layers.2.mlp.gate.e_score_correction_bias" in names
     assert "model.layers.2.mlp.shared_experts.down_proj.weight" in names
-    ours = CausalLM(DecoderConfig.from_file(folder, attn_implementation=attn)).eval()
-    load_weights_into(ours, folder)
-    ids = torch.randint(0, 256, (2, 13), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids), hf_model(ids).logits, atol=1e-5, rtol=1e-5)
+    assert_logits_equal_from_hub(hf_model, folder, attn)
 
 
 def test_transformers_loads_what_we_save(hub_folder, tmp_path: Path) -> None:
     hf_model, folder = hub_folder
-    ours = CausalLM(DecoderConfig.from_file(folder)).eval()
-    load_weights_into(ours, folder)
-    save_hf_model(full_state_dict(ours), ours.config, tmp_path / "ours")
-    with safe_open(str(tmp_path / "ours" / "model.safetensors"), "pt") as f:
-        with safe_open(str(folder / "model.safetensors"), "pt") as hub:
-            assert sorted(f.keys()) == sorted(hub.keys()), "our checkpoint uses the Hub's names"
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours").eval()
-    assert type(reloaded).__name__ == "DeepseekV3ForCausalLM"
-    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(ids).logits, ours(ids), atol=1e-5, rtol=1e-5)
+    assert type(hf_model).__name__ == "DeepseekV3ForCausalLM"
+    assert_transformers_loads_what_we_save(hf_model, folder, tmp_path / "ours")
 
 
 def test_layers_follow_first_k_dense_replace_and_shared_experts() -> None:
