@@ -133,8 +133,7 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
 
 
 @layout_rule("RA-E007", "error", "distributed.ep_size", "the bundled trainer's expert layouts",
-             "trainer/contract/expert_checks.py check_expert_combinations, trainer/contract/attention_checks.py "
-             "(the pre-flight refuses the same)")
+             "trainer/contract/expert_checks.py check_expert_combinations (the pre-flight refuses the same)")
 def bundled_expert_layout(f: Facts) -> Optional[Violation]:
     if not bundled(f) or f.model is None or f.model.model_type not in CAPABILITIES.get("moe_model_types", []):
         return None  # dense, or an MoE family the trainer does not build (RA-E002)
@@ -143,7 +142,8 @@ def bundled_expert_layout(f: Facts) -> Optional[Violation]:
     from trainer.contract.overrides import ConfigError
 
     lay = f.layout
-    try:  # in the pre-flight's order: DeepSeek-V3's latent attention first, then the experts
+    # In the pre-flight's order: DeepSeek-V3's latent attention (contract/attention_checks.py), then the experts.
+    try:
         check_latent_attention_layout(f.model.model_type, tp_size=lay.tp, cp_size=lay.cp)
         check_expert_combinations(moe=True, ep_size=lay.ep, etp_size=lay.etp, tp_size=lay.tp, strategy=f.strategy,
                                   activation_checkpointing=lay.recompute, cp_size=lay.cp, pp_size=lay.pp)
