@@ -57,7 +57,7 @@ CAPABILITIES: dict = {
             "pipeline_parallel": False, "context_parallel": False},
     "peft": ["lora"],
     "model_types": ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral", "deepseek_v3"],
-    "rope_types": ["default", "linear", "llama3"],
+    "rope_types": ["default", "linear", "llama3", "yarn"],
     "attn_implementations": ["sdpa", "eager"],
     "compile": True,
     # Fused and memory-saving paths (trainer/fused), each with a plain-torch fallback that a CPU

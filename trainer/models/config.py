@@ -23,6 +23,7 @@ from trainer.contract.model_settings import (  # noqa: F401  (re-exported: the s
 )
 from trainer.models.mla_config import MLA_KEYS, MLAConfig, mla_hf_keys, read_mla
 from trainer.models.moe_config import MOE_ARCHITECTURES, MOE_KEYS, MoEConfig, MoEConfigError, moe_hf_keys, read_moe
+from trainer.models.rope_scaling import YARN_REQUIRED_KEYS
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -31,7 +32,7 @@ ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     **MOE_ARCHITECTURES,
 }
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -163,6 +164,10 @@ class DecoderConfig:
                 raise ModelConfigError(f"rope_scaling (llama3) lacks {', '.join(missing)}")
         if self.rope_type == "linear" and "factor" not in self.rope_scaling:
             raise ModelConfigError("rope_scaling (linear) lacks factor")
+        if self.rope_type == "yarn":
+            missing = [k for k in YARN_REQUIRED_KEYS if self.rope_scaling.get(k) is None]
+            if missing:
+                raise ModelConfigError(f"rope_scaling (yarn) lacks {', '.join(missing)}")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ModelConfigError(
                 f"attn_implementation {self.attn_implementation!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}"
@@ -338,4 +343,7 @@ def _read_rope(cfg: dict[str, Any]) -> tuple[float, Optional[dict[str, Any]]]:
             scaling = None
         elif scaling["rope_type"] == "llama3":
             scaling.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
+        elif scaling["rope_type"] == "yarn":  # as transformers: a top-level original_max_position_embeddings wins
+            original = cfg.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+            scaling["original_max_position_embeddings"] = original or cfg.get("max_position_embeddings")
     return float(theta), scaling

@@ -9,11 +9,11 @@ heads. Each head's query and key are a non-rotary part (`qk_nope_head_dim`) and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from trainer.models.moe_config import MoEConfigError, positive_int
+from trainer.models.rope_scaling import yarn_mscale
 
 MLA_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                 "v_head_dim": 128, "rope_interleave": True}
@@ -56,10 +56,8 @@ class MLAConfig:
         yarn_apply_mscale: DeepSeek scales the whole q k^T, not only the rotary part)."""
         scale = self.qk_head_dim**-0.5
         mscale_all_dim = (rope_scaling or {}).get("mscale_all_dim")
-        factor = (rope_scaling or {}).get("factor", 1.0)
-        if mscale_all_dim and factor > 1:
-            mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
-            scale *= mscale * mscale
+        if mscale_all_dim:
+            scale *= yarn_mscale(rope_scaling["factor"], mscale_all_dim) ** 2
         return scale
 
 

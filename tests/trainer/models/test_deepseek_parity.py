@@ -4,6 +4,7 @@ per-expert safetensors that `save_pretrained` writes, and transformers loads wha
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,13 @@ CONFIGS = {
     "q_proj": {**TINY, "q_lora_rank": None, "rope_interleave": False, "attention_bias": True,
                "norm_topk_prob": False, "n_shared_experts": 2, "n_group": 4, "topk_group": 2, "num_experts_per_tok": 3,
                "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "first_k_dense_replace": 2},
+    # The released DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim: cos/sin unscaled, the softmax scale
+    # times mscale^2) over an original context of 32, and unequal mscales (cos/sin scaled too).
+    "yarn": {**TINY, "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 32,
+                                      "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}},
+    "yarn_mscales": {**TINY, "rope_interleave": False,
+                     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                      "mscale": 0.8, "mscale_all_dim": 0.5, "truncate": False}},
 }
 
 
@@ -126,9 +134,9 @@ def _folder_config(cfg: dict) -> str:
 
 
 @pytest.mark.parametrize("cfg, key", [
-    ({**TINY, "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                               "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}},
-     "rope_scaling.rope_type 'yarn'"),
+    ({**TINY, "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+     "rope_scaling.rope_type 'longrope'"),
+    ({**TINY, "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 32}}, "lacks factor"),
     ({**TINY, "num_key_value_heads": 2}, "num_key_value_heads"),
     ({**TINY, "n_group": 3}, "n_group"),
     ({**TINY, "n_group": 8}, "n_group"),
@@ -151,3 +159,10 @@ def test_missing_keys_take_transformers_defaults() -> None:
     hf = transformers.AutoConfig.for_model(**cfg)
     assert config.moe.routed_scaling_factor == hf.routed_scaling_factor
     assert config.mla.rope_interleave is hf.rope_interleave is True
+
+
+def test_yarn_scales_the_softmax_by_mscale_squared() -> None:
+    config = DecoderConfig.from_hf(CONFIGS["yarn"])
+    mscale = 0.1 * math.log(40.0) + 1.0
+    assert config.mla.softmax_scale(config.rope_scaling) == pytest.approx(mscale**2 / math.sqrt(12))
+    assert config.mla.softmax_scale(None) == pytest.approx(1 / math.sqrt(12))
