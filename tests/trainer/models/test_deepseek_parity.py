@@ -166,3 +166,32 @@ def test_yarn_scales_the_softmax_by_mscale_squared() -> None:
     mscale = 0.1 * math.log(40.0) + 1.0
     assert config.mla.softmax_scale(config.rope_scaling) == pytest.approx(mscale**2 / math.sqrt(12))
     assert config.mla.softmax_scale(None) == pytest.approx(1 / math.sqrt(12))
+
+
+def test_lora_adapts_the_latent_attention_and_shared_experts() -> None:
+    from trainer.components.peft import apply_lora
+    from trainer.contract.model_checks import check_peft_targets
+
+    targets = ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "shared_experts.up_proj"]
+    check_peft_targets(targets, default_loader=True, layers=3)  # the pre-flight knows these names
+    model = apply_lora(CausalLM(DecoderConfig.from_hf(TINY)), rank=2, alpha=4.0, target_modules=targets)
+    adapted = {n.removesuffix(".lora_A.weight") for n, p in model.named_parameters() if p.requires_grad}
+    assert {"model.layers.0.self_attn.kv_b_proj", "model.layers.2.self_attn.q_a_proj",
+            "model.layers.1.mlp.shared_experts.up_proj"} <= adapted
+    assert "model.layers.0.mlp.up_proj" not in adapted  # the dense layer's MLP is not a shared expert
+    ids = torch.randint(0, 256, (1, 6))
+    model(ids).sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_resume_signature_holds_the_latent_widths_and_shared_experts() -> None:
+    from trainer.contract.resume_checks import model_signature, signature_differences
+
+    base = model_signature(DecoderConfig.from_hf(TINY), None)
+    assert base["latent_attention"]["kv_lora_rank"] == 16
+    assert base["experts"]["n_shared_experts"] == 1 and base["experts"]["first_k_dense_replace"] == 1
+    narrower = model_signature(DecoderConfig.from_hf({**TINY, "kv_lora_rank": 8}), None)
+    assert signature_differences(narrower, base) == [
+        "latent_attention: checkpoint {'kv_lora_rank': 16, 'q_lora_rank': 24, 'qk_nope_head_dim': 8, "
+        "'qk_rope_head_dim': 4, 'v_head_dim': 6}, this run {'kv_lora_rank': 8, 'q_lora_rank': 24, "
+        "'qk_nope_head_dim': 8, 'qk_rope_head_dim': 4, 'v_head_dim': 6}"]
