@@ -8,7 +8,7 @@ RoPE rotates only the rotary parts; with `rope_interleave` (DeepSeek's checkpoin
 (x0, x1), (x2, x3), ..., which de-interleaving turns into the half-split rotation the decoder's RoPE does
 (transformers' apply_rotary_pos_emb_interleave computes the same). The softmax scale is
 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), with a scaled RoPE's `mscale_all_dim` folded in
-(MLAConfig.softmax_scale). The rest of the model (blocks, MoE, norms) is the decoder's.
+(MLAConfig.softmax_scale). The rest of the model (blocks, MoE, norms) is the decoder's (decoder.py).
 
 Not split for tensor or context parallel: the pre-flight refuses both for deepseek_v3
 (trainer/contract/attention_checks.py).
@@ -21,7 +21,7 @@ from torch import nn
 
 from trainer.fused.ops import rotary
 from trainer.models.config import DecoderConfig
-from trainer.models.decoder import ATTENTION_FUNCTIONS, RMSNorm
+from trainer.models.layers import ATTENTION_FUNCTIONS, RMSNorm
 from trainer.models.mla_config import LATENT_NORM_EPS
 
 
