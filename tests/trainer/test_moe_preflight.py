@@ -64,7 +64,7 @@ def test_an_moe_family_the_trainer_does_not_build_stops_before_launch(tmp_path: 
         _preflight(MOE_RECIPE, 2, "--model.pretrained_model_name_or_path", _moe_folder(tmp_path, "olmoe"))
     assert str(err.value).startswith("model.pretrained_model_name_or_path: ")
     assert ("'olmoe', which the bundled trainer does not build; supported MoE families: qwen3_moe, qwen2_moe, "
-            "mixtral") in str(err.value)
+            "mixtral, deepseek_v3") in str(err.value)
 
 
 def test_a_qwen2_moe_with_expert_parallel_passes(tmp_path: Path) -> None:
@@ -79,3 +79,37 @@ def test_capabilities_name_the_built_moe_families() -> None:
     assert not CAPABILITIES["expert_tensor_parallel"]
     assert sorted(CAPABILITIES["moe_model_types"]) == sorted(MOE_ARCHITECTURES)
     assert set(MOE_ARCHITECTURES) <= set(CAPABILITIES["model_types"])
+
+
+def _deepseek_folder(tmp_path: Path) -> str:
+    folder = tmp_path / "deepseek"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(
+        model_type="deepseek_v3", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
+        topk_group=1, first_k_dense_replace=1, moe_intermediate_size=32, q_lora_rank=None, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, max_position_embeddings=256)))
+    return str(folder)
+
+
+def test_a_deepseek_v3_model_passes_with_data_and_expert_parallel(tmp_path: Path) -> None:
+    _preflight(MOE_RECIPE, 4, "--model.pretrained_model_name_or_path", _deepseek_folder(tmp_path))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--distributed.ep_size", "1", "--distributed.tp_size", "2"],
+     "distributed.tp_size: 2: tensor parallel does not split the multi-head latent attention (MLA) of a deepseek_v3"),
+    (["--distributed.ep_size", "1", "--distributed.cp_size", "2"],
+     "distributed.cp_size: 2: context parallel does not exchange the multi-head latent attention (MLA)"),
+])
+def test_tp_or_cp_on_deepseek_v3_latent_attention_stops_before_launch(tmp_path: Path, overrides: list,
+                                                                      message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _preflight(MOE_RECIPE, 4, "--model.pretrained_model_name_or_path", _deepseek_folder(tmp_path), *overrides)
+    assert str(err.value).startswith(message), str(err.value)
+    assert "set " + overrides[-2].removeprefix("--distributed.") + ": 1" in str(err.value)
+
+
+def test_capabilities_list_deepseek_v3_among_moe_families() -> None:
+    assert "deepseek_v3" in CAPABILITIES["moe_model_types"] and "deepseek_v3" in CAPABILITIES["model_types"]
+    assert not CAPABILITIES["mla_with_tp"] and not CAPABILITIES["mla_with_cp"]

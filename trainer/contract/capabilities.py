@@ -35,7 +35,11 @@ CAPABILITIES: dict = {
     "expert_parallel": True,
     "expert_tensor_parallel": False,
     "moe": True,
-    "moe_model_types": ["qwen3_moe", "qwen2_moe", "mixtral"],
+    # deepseek_v3: sigmoid group-limited routing with a selection bias, shared experts, MLA attention
+    # (trainer/models/deepseek.py), which TP and CP do not split (trainer/contract/attention_checks.py).
+    "moe_model_types": ["qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3"],
+    "mla_with_tp": False,
+    "mla_with_cp": False,
     "moe_with_tp": False,
     "ep_with_ddp": False,
     "ep_with_selective_recompute": False,
@@ -52,8 +56,8 @@ CAPABILITIES: dict = {
     "fp8": {"via": "torchao.float8", "extra": "gpu", "archs": list(FP8_ARCHS), "tensor_parallel": False,
             "pipeline_parallel": False, "context_parallel": False},
     "peft": ["lora"],
-    "model_types": ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral"],
-    "rope_types": ["default", "linear", "llama3"],
+    "model_types": ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3"],
+    "rope_types": ["default", "linear", "llama3", "yarn"],
     "attn_implementations": ["sdpa", "eager"],
     "compile": True,
     # Fused and memory-saving paths (trainer/fused), each with a plain-torch fallback that a CPU

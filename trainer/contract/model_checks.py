@@ -14,7 +14,14 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from trainer.contract.model_settings import ALL_LINEAR, ATTN_IMPLEMENTATIONS, DTYPES, LINEAR_MODULES, target_path
+from trainer.contract.model_settings import (
+    ALL_LINEAR,
+    ATTN_IMPLEMENTATIONS,
+    DTYPES,
+    LATENT_ATTENTION_LINEARS,
+    LINEAR_MODULES,
+    target_path,
+)
 from trainer.contract.overrides import ConfigError
 
 # Keyword arguments of the default loader (no model._target_): trainer.models.build_causal_lm's.
@@ -186,5 +193,5 @@ def check_peft_targets(target_modules: Union[str, Sequence[str]], *, default_loa
     if unmatched:
         raise ConfigError(
             f"peft.target_modules: {unmatched} matches no linear layer of the model; "
-            f"use names from {', '.join(LINEAR_MODULES)}"
+            f"use names from {', '.join(LINEAR_MODULES)} (DeepSeek-V3: also {', '.join(LATENT_ATTENTION_LINEARS)})"
         )

@@ -22,6 +22,10 @@ LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 # target is a suffix of one of these paths on dot boundaries, as trainer.components.peft._is_target matches it.
 LINEAR_PATHS = tuple(("model", "layers", "N", "self_attn", m) for m in ("q_proj", "k_proj", "v_proj", "o_proj")) + \
     tuple(("model", "layers", "N", "mlp", m) for m in ("gate_proj", "up_proj", "down_proj")) + (("lm_head",),)
+# DeepSeek-V3 (trainer/models/deepseek.py): the latent attention's projections and the shared experts' SwiGLU.
+LATENT_ATTENTION_LINEARS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+LINEAR_PATHS += tuple(("model", "layers", "N", "self_attn", m) for m in LATENT_ATTENTION_LINEARS) + \
+    tuple(("model", "layers", "N", "mlp", "shared_experts", m) for m in ("gate_proj", "up_proj", "down_proj"))
 
 
 def target_path(target: str) -> Optional[tuple[str, ...]]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trainer.contract.attention_checks import preflight_attention_checks
 from trainer.contract.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
 from trainer.contract.capabilities import CAPABILITIES
 from trainer.contract.checkpoint_layout import resolve_restore
@@ -86,6 +87,7 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
             raise ConfigError(f"distributed.{key}: {what} ({getattr(d, key)}) is not supported by the bundled "
                               f"trainer; set it to 1 (it supports FSDP2/DDP data parallel, tensor, context, "
                               "pipeline and expert parallel)")
+    preflight_attention_checks(cfg)  # first: its message names MLA, which the MoE checks' would not
     preflight_expert_checks(cfg, world_size)
     check_parallel_layout(cfg, world_size, declared_size(cfg.model, "num_hidden_layers")[1])
     if world_size % d.tp_size:

@@ -24,6 +24,8 @@ from trainer.contract.step_scheduler import run_length
 SIGNATURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings",
                     "attention_bias")
+# DeepSeek-V3's multi-head latent attention (trainer/models/mla_config.py): the widths that shape its weights.
+LATENT_ATTENTION_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def checked_resume(cfg: Any, checkpoint_dir: Path, world_size: Optional[int],
@@ -75,8 +77,13 @@ def model_signature(model_config: Any, peft: Optional[dict[str, Any]]) -> dict[s
     if moe is not None:  # MoE only, so dense checkpoints keep their signature
         sig["experts"] = {"num_experts": moe.num_experts, "top_k": moe.top_k,
                           "expert_intermediate_size": moe.expert_intermediate_size}
-        if getattr(moe, "shared_expert_intermediate_size", 0):  # Qwen2-MoE only, so others keep theirs
-            sig["experts"]["shared_expert_intermediate_size"] = moe.shared_expert_intermediate_size
+        # Qwen2-MoE's and DeepSeek-V3's shapes only where set, so that other MoE checkpoints keep their signature.
+        for name in ("shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace"):
+            if getattr(moe, name, 0):
+                sig["experts"][name] = getattr(moe, name)
+    mla = getattr(model_config, "mla", None)
+    if mla is not None:
+        sig["latent_attention"] = {name: getattr(mla, name) for name in LATENT_ATTENTION_FIELDS}
     if peft:
         sig["peft"] = {"method": peft.get("method", "lora"), "rank": peft.get("rank"),
                        "alpha": float(peft.get("alpha", 0.0)),

@@ -84,11 +84,13 @@ def _generator_seed(seed: int, name: str) -> int:
 
 
 def initial_value(name: str, shape: torch.Size, std: float, seed: int, device: torch.device) -> torch.Tensor:
-    """The init of one parameter by name: norms 1, biases 0, LoRA B 0, LoRA A as PEFT's
-    kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the rest N(0, std) (transformers)."""
+    """The init of one parameter by name: norms 1, biases (and the router's selection bias) 0, LoRA B 0,
+    LoRA A as PEFT's kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the rest N(0, std)
+    (transformers)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
-    if name.endswith(".bias") or name.endswith("lora_B.weight"):
+    # e_score_correction_bias: DeepSeek-V3's expert-selection bias starts at 0, as transformers inits it.
+    if name.endswith(".bias") or name.endswith("lora_B.weight") or name.endswith(".e_score_correction_bias"):
         return torch.zeros(shape, device=device)
     gen = torch.Generator(device=device).manual_seed(_generator_seed(seed, name))
     if name.endswith("lora_A.weight"):

@@ -22,7 +22,9 @@ from trainer.contract.model_settings import (  # noqa: F401  (re-exported: the s
     KERNELS,
     LINEAR_MODULES,
 )
+from trainer.models.mla_config import MLA_KEYS, MLAConfig, mla_hf_keys, read_mla
 from trainer.models.moe_config import MOE_ARCHITECTURES, MOE_KEYS, MoEConfig, MoEConfigError, moe_hf_keys, read_moe
+from trainer.models.rope_scaling import YARN_REQUIRED_KEYS
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -33,7 +35,7 @@ ARCHITECTURES = {
 }
 # Qwen2's attention: q/k/v bias, no o_proj bias, whatever `attention_bias` says.
 QWEN2_ATTENTION = ("qwen2", "qwen2_moe")
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -73,6 +75,7 @@ class DecoderConfig:
     kernels: str = "torch"
     extra: dict[str, Any] = field(default_factory=dict)  # other config.json keys, written back untouched
     moe: Optional[MoEConfig] = None  # experts, router and sparse layers (trainer/models/moe_config.py)
+    mla: Optional[MLAConfig] = None  # DeepSeek-V3's latent attention (trainer/models/mla_config.py)
 
     def __post_init__(self) -> None:
         if self.num_key_value_heads is None:
@@ -122,6 +125,8 @@ class DecoderConfig:
         attn += (q + 2 * kv) if self.qkv_bias else 0
         attn += h if self.o_proj_bias else 0
         attn += 2 * self.head_dim if self.qk_norm else 0
+        if self.mla is not None:
+            attn = self.mla.attention_parameters(h, self.num_attention_heads, self.attention_bias)
         block = attn + 3 * h * self.intermediate_size + 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         layers = self.num_hidden_layers * block
@@ -165,6 +170,10 @@ class DecoderConfig:
                 raise ModelConfigError(f"rope_scaling (llama3) lacks {', '.join(missing)}")
         if self.rope_type == "linear" and "factor" not in self.rope_scaling:
             raise ModelConfigError("rope_scaling (linear) lacks factor")
+        if self.rope_type == "yarn":
+            missing = [k for k in YARN_REQUIRED_KEYS if self.rope_scaling.get(k) is None]
+            if missing:
+                raise ModelConfigError(f"rope_scaling (yarn) lacks {', '.join(missing)}")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ModelConfigError(
                 f"attn_implementation {self.attn_implementation!r} is not one of {', '.join(ATTN_IMPLEMENTATIONS)}"
@@ -181,7 +190,7 @@ class DecoderConfig:
         if model_type is None:
             raise ModelConfigError("config.json has no model_type")
         try:
-            moe = read_moe(cfg)
+            moe, mla = read_moe(cfg), read_mla(cfg)
         except MoEConfigError as err:
             raise ModelConfigError(str(err)) from None
         if cfg.get("mlp_bias"):
@@ -206,7 +215,9 @@ class DecoderConfig:
         known = {f.name for f in fields(cls)}
         consumed = known | {"rope_parameters", "architectures", "use_sliding_window", "dtype", "transformers_version"}
         consumed |= set(MOE_KEYS) if moe is not None else set()
-        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels", "moe")}
+        consumed |= set(MLA_KEYS) if mla is not None else set()
+        kwargs = {k: cfg[k] for k in known if k in cfg and k not in ("extra", "attn_implementation", "kernels", "moe",
+                                                                    "mla")}
         kwargs.update(
             model_type=model_type,
             rope_theta=rope_theta,
@@ -217,7 +228,10 @@ class DecoderConfig:
             attn_implementation=attn_implementation,
             extra={k: v for k, v in cfg.items() if k not in consumed},
             moe=moe,
+            mla=mla,
         )
+        if mla is not None:  # the rotary width, as transformers' DeepseekV3Config sets head_dim
+            kwargs["head_dim"] = mla.qk_rope_head_dim
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
         return cls(**kwargs)
@@ -309,6 +323,8 @@ class DecoderConfig:
             )
         if self.moe is not None:
             out.update(moe_hf_keys(self.model_type, self.moe))
+        if self.mla is not None:
+            out.update(mla_hf_keys(self.mla))
         if self.torch_dtype:
             out["torch_dtype"] = self.torch_dtype
             out["dtype"] = self.torch_dtype
@@ -337,4 +353,7 @@ def _read_rope(cfg: dict[str, Any]) -> tuple[float, Optional[dict[str, Any]]]:
             scaling = None
         elif scaling["rope_type"] == "llama3":
             scaling.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
+        elif scaling["rope_type"] == "yarn":  # as transformers: a top-level original_max_position_embeddings wins
+            original = cfg.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+            scaling["original_max_position_embeddings"] = original or cfg.get("max_position_embeddings")
     return float(theta), scaling

@@ -1,4 +1,5 @@
-"""The Llama-family decoder: RMSNorm, GQA attention with RoPE, SwiGLU MLP, Hugging Face names.
+"""The Llama-family decoder: RMSNorm, GQA attention with RoPE, SwiGLU MLP, Hugging Face names (RMSNorm and
+the attention functions live in layers.py, shared with DeepSeek-V3's latent attention in deepseek.py).
 
 Free of parallelism: attention infers its local head counts from the projected activations, so
 tensor parallel (which shards q/k/v column-wise) needs no change here (as in torchtitan).
@@ -11,30 +12,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from trainer.fused.ops import rms_norm, rotary, silu_mul
+from trainer.fused.ops import rotary, silu_mul
 from trainer.models.config import DecoderConfig
+from trainer.models.deepseek import LatentAttention
+from trainer.models.layers import ATTENTION_FUNCTIONS, RMSNorm, eager_attention, sdpa_attention  # noqa: F401
 from trainer.models.moe import MoE
 from trainer.models.rope import RotaryEmbedding
-
-
-class RMSNorm(nn.Module):
-    """y = w * x / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), computed in fp32 like transformers.
-    `kernels` picks the implementation (trainer/fused/ops.py)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6, kernels: str = "torch"):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-        self.kernels = kernels
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps, self.kernels)
-
-    def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
 
 
 def _window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tensor:
@@ -42,32 +27,6 @@ def _window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tenso
     i = torch.arange(seq_len, device=device)[:, None]
     j = torch.arange(seq_len, device=device)[None, :]
     return (j <= i) & (i - j < window)
-
-
-def eager_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]
-) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v in plain math, the reference the SDPA path must equal."""
-    n_rep = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(n_rep, dim=1)
-    v = v.repeat_interleave(n_rep, dim=1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
-    if mask is None:
-        t = q.shape[-2]
-        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, v)
-
-
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    gqa = q.shape[1] != k.shape[1]
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
-ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
 
 
 class Attention(nn.Module):
@@ -119,10 +78,10 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: DecoderConfig, intermediate_size: Optional[int] = None):
         super().__init__()
-        width = intermediate_size or config.intermediate_size
-        self.gate_proj = nn.Linear(config.hidden_size, width, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, width, bias=False)
-        self.down_proj = nn.Linear(width, config.hidden_size, bias=False)
+        inner = config.intermediate_size if intermediate_size is None else intermediate_size
+        self.gate_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.down_proj = nn.Linear(inner, config.hidden_size, bias=False)
         self.kernels = config.kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,10 +89,17 @@ class SwiGLU(nn.Module):
 
 
 def _moe(config: DecoderConfig) -> MoE:
-    """An MoE layer; with Qwen2-MoE's shared expert, a dense SwiGLU of `shared_expert_intermediate_size`."""
-    width = config.moe.shared_expert_intermediate_size
-    shared = SwiGLU(config, width) if width else None
-    return MoE(config.hidden_size, config.moe, config.kernels, shared_expert=shared)
+    """An MoE layer, with Qwen2-MoE's gated shared expert (a dense SwiGLU of
+    `shared_expert_intermediate_size`) or DeepSeek-V3's ungated shared experts when the config has them."""
+    moe = config.moe
+    gated = SwiGLU(config, moe.shared_expert_intermediate_size) if moe.shared_expert_intermediate_size else None
+    shared = SwiGLU(config, moe.shared_intermediate_size) if moe.n_shared_experts else None
+    return MoE(config.hidden_size, moe, config.kernels, shared_expert=gated, shared_experts=shared)
+
+
+def _attention(config: DecoderConfig, layer_idx: int) -> nn.Module:
+    """GQA attention, or DeepSeek-V3's multi-head latent attention."""
+    return Attention(config, layer_idx) if config.mla is None else LatentAttention(config)
 
 
 class DecoderBlock(nn.Module):
@@ -141,9 +107,10 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config: DecoderConfig, layer_idx: int):
         super().__init__()
-        self.self_attn = Attention(config, layer_idx)
+        self.self_attn = _attention(config, layer_idx)
         moe = config.moe
-        # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse step).
+        # MoE models keep the dense MLP on the layers their config marks dense (mlp_only_layers, sparse
+        # step, first_k_dense_replace).
         sparse = moe is not None and moe.is_moe_layer(layer_idx)
         self.mlp = _moe(config) if sparse else SwiGLU(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.kernels)

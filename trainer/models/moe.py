@@ -42,21 +42,57 @@ def local_tensor(param: torch.Tensor) -> torch.Tensor:
 
 
 class Router(nn.Module):
-    """softmax(x W^T) in fp32, then top-k; the top-k weights renormalised when `norm_topk_prob`."""
+    """softmax(x W^T) in fp32, then top-k; the top-k weights renormalised when `norm_topk_prob`.
+
+    DeepSeek-V3 (`scoring_func` sigmoid, as transformers' DeepseekV3TopkRouter): sigmoid scores; the
+    experts are chosen on score + `e_score_correction_bias` within the `topk_group` best of `n_group`
+    groups (a group ranks by the sum of its top-2), the weights are the chosen experts' plain scores
+    (renormalised when `norm_topk_prob`) times `routed_scaling_factor`. The bias takes no gradient: it
+    only picks experts (aux-loss-free balancing), and is a frozen parameter so that it loads, saves,
+    shards and checkpoints by name as the weights do."""
 
     def __init__(self, hidden_size: int, moe: MoEConfig):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(moe.num_experts, hidden_size))
         self.top_k = moe.top_k
         self.norm_topk_prob = moe.norm_topk_prob
+        self.sigmoid = moe.scoring_func == "sigmoid"
+        self.n_group, self.topk_group = moe.n_group, moe.topk_group
+        self.routed_scaling_factor = moe.routed_scaling_factor
+        if moe.score_correction_bias:
+            self.e_score_correction_bias = nn.Parameter(torch.empty(moe.num_experts), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(top-k weights [N, k] fp32, expert ids [N, k], all probabilities [N, E] fp32)."""
+        if self.sigmoid:
+            return self._sigmoid_route(x)
         probs = F.softmax(F.linear(x, self.weight).float(), dim=-1)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, experts, probs
+
+    def _sigmoid_route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        choice = scores.detach()
+        if hasattr(self, "e_score_correction_bias"):
+            choice = choice + self.e_score_correction_bias.float()
+        if self.n_group > 1:
+            choice = self._mask_groups(choice)
+        experts = torch.topk(choice, self.top_k, dim=-1, sorted=False)[1]
+        weights = scores.gather(1, experts)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        # The probabilities of the aux loss (when a config asks for one): the scores normalised per token.
+        return weights * self.routed_scaling_factor, experts, scores / scores.sum(dim=-1, keepdim=True)
+
+    def _mask_groups(self, choice: torch.Tensor) -> torch.Tensor:
+        """`choice` with -inf outside each token's `topk_group` best groups."""
+        grouped = choice.view(choice.shape[0], self.n_group, -1)
+        group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+        best = torch.topk(group_scores, self.topk_group, dim=-1, sorted=False)[1]
+        keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+        return grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).view_as(choice)
 
 
 def grouped_mm_supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -170,18 +206,22 @@ class MoEStats:
 
 
 class MoE(nn.Module):
-    """Router + experts (+ the gated `shared_expert`, if given). `aux_group` (the data-parallel group) and
-    `aux_grad_scale` are set by the recipe: the DP size over the number of gradient-accumulation
-    micro-batches (see the module doc)."""
+    """Router + experts, and when given: Qwen2-MoE's `shared_expert` (a dense MLP every token passes
+    through, scaled by a sigmoid gate) or DeepSeek-V3's `shared_experts` (the same, ungated). `aux_group`
+    (the data-parallel group) and `aux_grad_scale` are set by the recipe: the DP size over the number of
+    gradient-accumulation micro-batches (see the module doc). A coefficient of 0 (DeepSeek-V3's
+    aux-loss-free balancing) attaches no loss; the load is still recorded."""
 
     def __init__(self, hidden_size: int, moe: MoEConfig, kernels: str = "torch",
-                 shared_expert: Optional[nn.Module] = None):
+                 shared_expert: Optional[nn.Module] = None, shared_experts: Optional[nn.Module] = None):
         super().__init__()
         self.gate = Router(hidden_size, moe)
         self.experts = GroupedExperts(hidden_size, moe, kernels)
         if shared_expert is not None:
             self.shared_expert = shared_expert
             self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
+        if shared_experts is not None:
+            self.shared_experts = shared_experts
         self.num_experts = moe.num_experts
         self.top_k = moe.top_k
         self.aux_loss_coef = moe.router_aux_loss_coef
@@ -207,9 +247,13 @@ class MoE(nn.Module):
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         if self.training and torch.is_grad_enabled():
             aux_share, global_counts = self._aux_loss_share(counts, probs)
-            out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))
+            if self.aux_loss_coef:
+                out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))
             self._record(global_counts, aux_share)
-        return out.reshape(shape)
+        out = out.reshape(shape)
+        if hasattr(self, "shared_experts"):
+            out = out + self.shared_experts(x)
+        return out
 
     def _aux_loss_share(self, counts: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's share of E * sum_i f_i P_i over the DP batch: f_i the fraction of routed

@@ -1,5 +1,5 @@
 """`MoEConfig`: the mixture-of-experts part of a Hugging Face `config.json`, one dataclass for the
-families the bundled trainer builds (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral).
+families the bundled trainer builds (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral, DeepSeek-V3).
 
 Pure Python (no torch) like `DecoderConfig`. The families differ in key names and in where the
 expert weights live in the Hub checkpoint; `HUB_LAYOUTS` names the latter, which the checkpoint
@@ -16,9 +16,10 @@ MOE_ARCHITECTURES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "mixtral": "MixtralForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 # Hugging Face model types with experts the trainer does not build (named in the refusal).
-KNOWN_UNBUILT_MOE = ("deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe", "dbrx", "olmoe")
+KNOWN_UNBUILT_MOE = ("deepseek_v2", "gpt_oss", "glm4_moe", "dbrx", "olmoe")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ HUB_LAYOUTS = {
     "qwen3_moe": HubLayout(block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
     "qwen2_moe": HubLayout(block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
     "mixtral": HubLayout(block="block_sparse_moe", gate="w1", up="w3", down="w2"),
+    "deepseek_v3": HubLayout(block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
 }
 
 
@@ -55,15 +57,33 @@ class MoEConfig:
     decoder_sparse_step: int = 1
     # Qwen2-MoE: one dense SwiGLU expert every token passes through, scaled by sigmoid(x w); 0 = none.
     shared_expert_intermediate_size: int = 0
+    # DeepSeek-V3: the first k layers dense; sigmoid scores, experts chosen in the best `topk_group` of
+    # `n_group` groups with a per-expert selection bias (e_score_correction_bias), the chosen scores scaled
+    # by routed_scaling_factor; `n_shared_experts` always-on experts as one SwiGLU beside the routed ones.
+    first_k_dense_replace: int = 0
+    scoring_func: str = "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    score_correction_bias: bool = False
+    n_shared_experts: int = 0
 
     def is_moe_layer(self, layer_idx: int) -> bool:
-        return layer_idx not in self.mlp_only_layers and (layer_idx + 1) % self.decoder_sparse_step == 0
+        return (layer_idx >= self.first_k_dense_replace and layer_idx not in self.mlp_only_layers
+                and (layer_idx + 1) % self.decoder_sparse_step == 0)
+
+    @property
+    def shared_intermediate_size(self) -> int:
+        return self.n_shared_experts * self.expert_intermediate_size
 
     def expert_parameters(self, hidden_size: int) -> int:
-        """Parameters of one MoE layer: all experts plus the router, and the shared expert with its gate."""
-        routed = 3 * self.num_experts * hidden_size * self.expert_intermediate_size + self.num_experts * hidden_size
-        shared = 3 * hidden_size * self.shared_expert_intermediate_size + hidden_size
-        return routed + (shared if self.shared_expert_intermediate_size else 0)
+        """Parameters of one MoE layer: all experts, the shared experts and the router (with its bias), and
+        Qwen2-MoE's gated shared expert with its gate."""
+        routed = 3 * self.num_experts * hidden_size * self.expert_intermediate_size
+        router = self.num_experts * hidden_size + (self.num_experts if self.score_correction_bias else 0)
+        gated = 3 * hidden_size * self.shared_expert_intermediate_size + hidden_size
+        return (routed + 3 * hidden_size * self.shared_intermediate_size + router
+                + (gated if self.shared_expert_intermediate_size else 0))
 
 
 def read_moe(cfg: dict[str, Any]) -> Optional[MoEConfig]:
@@ -77,11 +97,14 @@ def read_moe(cfg: dict[str, Any]) -> Optional[MoEConfig]:
             f"model_type {model_type!r}: mixture-of-experts family not built by the bundled trainer; "
             f"supported MoE families: {', '.join(MOE_ARCHITECTURES)}"
         )
-    if model_type == "mixtral":
+    if model_type == "deepseek_v3":
+        moe = read_deepseek_moe(cfg)
+    elif model_type == "mixtral":
         if cfg.get("router_jitter_noise"):
             raise MoEConfigError("router_jitter_noise: the bundled trainer routes without jitter; set it to 0")
-        moe = MoEConfig(num_experts=_positive(cfg, _experts_key(cfg)), top_k=_positive(cfg, "num_experts_per_tok"),
-                        expert_intermediate_size=_positive(cfg, "intermediate_size"), norm_topk_prob=True,
+        moe = MoEConfig(num_experts=positive_int(cfg, _experts_key(cfg)),
+                        top_k=positive_int(cfg, "num_experts_per_tok"),
+                        expert_intermediate_size=positive_int(cfg, "intermediate_size"), norm_topk_prob=True,
                         router_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.02)))
     else:
         moe = _read_qwen_moe(cfg)
@@ -98,13 +121,55 @@ def _read_qwen_moe(cfg: dict[str, Any]) -> MoEConfig:
     if sparse_step < 1:
         raise MoEConfigError(f"decoder_sparse_step: {sparse_step} must be >= 1")
     qwen2 = cfg.get("model_type") == "qwen2_moe"
-    shared = _positive(cfg, "shared_expert_intermediate_size") if qwen2 else 0
-    return MoEConfig(num_experts=_positive(cfg, _experts_key(cfg)), top_k=_positive(cfg, "num_experts_per_tok"),
-                     expert_intermediate_size=_positive(cfg, "moe_intermediate_size"),
+    shared = positive_int(cfg, "shared_expert_intermediate_size") if qwen2 else 0
+    return MoEConfig(num_experts=positive_int(cfg, _experts_key(cfg)), top_k=positive_int(cfg, "num_experts_per_tok"),
+                     expert_intermediate_size=positive_int(cfg, "moe_intermediate_size"),
                      norm_topk_prob=bool(cfg.get("norm_topk_prob", not qwen2)),
                      router_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.001)),
                      mlp_only_layers=[int(i) for i in cfg.get("mlp_only_layers") or []],
                      decoder_sparse_step=sparse_step, shared_expert_intermediate_size=shared)
+
+
+# Keys of DeepSeek's own config.json that transformers' DeepseekV3 reads as fixed: a config that says
+# otherwise describes a model neither transformers nor this trainer builds.
+DEEPSEEK_FIXED = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
+# transformers' DeepseekV3Config defaults, which a config.json without the key gets.
+DEEPSEEK_MOE_DEFAULTS = {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+                         "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
+                         "norm_topk_prob": True, "routed_scaling_factor": 2.5}
+
+
+def read_deepseek_moe(cfg: dict[str, Any]) -> MoEConfig:
+    """DeepSeek-V3's routing as transformers' DeepseekV3TopkRouter computes it. Aux-loss-free: the
+    selection bias balances the load, so the load-balancing loss is off unless `router_aux_loss_coef` asks."""
+    if cfg.get("n_routed_experts") is None and cfg.get("num_local_experts") is not None:
+        cfg = {**cfg, "n_routed_experts": cfg["num_local_experts"]}  # transformers' attribute alias
+    cfg = {**DEEPSEEK_MOE_DEFAULTS, **cfg}
+    for key, expected in DEEPSEEK_FIXED.items():
+        if cfg.get(key, expected) != expected:
+            raise MoEConfigError(f"{key}: {cfg[key]!r}; DeepSeek-V3 as transformers builds it uses {expected!r}: "
+                                 f"set {key}: {expected!r} or remove it")
+    experts = positive_int(cfg, "n_routed_experts")
+    n_group, topk_group = positive_int(cfg, "n_group"), positive_int(cfg, "topk_group")
+    if experts % n_group:
+        raise MoEConfigError(f"n_group: {n_group} does not divide n_routed_experts ({experts}); use a divisor")
+    if experts // n_group < 2:
+        raise MoEConfigError(f"n_group: {n_group} leaves fewer than 2 experts per group (a group scores by its "
+                             f"top 2); use n_group <= {experts // 2}")
+    if topk_group > n_group:
+        raise MoEConfigError(f"topk_group: {topk_group} exceeds n_group ({n_group}); set topk_group <= n_group")
+    top_k = positive_int(cfg, "num_experts_per_tok")
+    if top_k > topk_group * (experts // n_group):
+        raise MoEConfigError(f"num_experts_per_tok: {top_k} exceeds the {topk_group * (experts // n_group)} experts "
+                             f"of the topk_group ({topk_group}) groups a token may use; raise topk_group")
+    return MoEConfig(num_experts=experts, top_k=top_k,
+                     expert_intermediate_size=positive_int(cfg, "moe_intermediate_size"),
+                     norm_topk_prob=bool(cfg["norm_topk_prob"]),
+                     router_aux_loss_coef=float(cfg.get("router_aux_loss_coef") or 0.0),
+                     first_k_dense_replace=positive_int(cfg, "first_k_dense_replace", minimum=0),
+                     scoring_func="sigmoid", n_group=n_group, topk_group=topk_group,
+                     routed_scaling_factor=float(cfg["routed_scaling_factor"]), score_correction_bias=True,
+                     n_shared_experts=positive_int(cfg, "n_shared_experts", minimum=0))
 
 
 def _experts_key(cfg: dict[str, Any]) -> str:
@@ -112,10 +177,11 @@ def _experts_key(cfg: dict[str, Any]) -> str:
     return "num_experts" if cfg.get("num_experts") is not None else "num_local_experts"
 
 
-def _positive(cfg: dict[str, Any], key: str) -> int:
+def positive_int(cfg: dict[str, Any], key: str, minimum: int = 1) -> int:
     value = cfg.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise MoEConfigError(f"{key}: {value!r} must be a positive integer for a {cfg.get('model_type')} model")
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise MoEConfigError(f"{key}: {value!r} must be {what} for a {cfg.get('model_type')} model")
     return value
 
 
@@ -123,6 +189,11 @@ def moe_hf_keys(model_type: str, moe: MoEConfig) -> dict[str, Any]:
     """The config.json keys transformers reads for this family's experts."""
     common = {"num_experts_per_tok": moe.top_k, "router_aux_loss_coef": moe.router_aux_loss_coef,
               "output_router_logits": False}
+    if model_type == "deepseek_v3":
+        return {**common, "n_routed_experts": moe.num_experts, "moe_intermediate_size": moe.expert_intermediate_size,
+                "norm_topk_prob": moe.norm_topk_prob, "first_k_dense_replace": moe.first_k_dense_replace,
+                "n_group": moe.n_group, "topk_group": moe.topk_group,
+                "routed_scaling_factor": moe.routed_scaling_factor, "n_shared_experts": moe.n_shared_experts}
     if model_type == "mixtral":
         return {**common, "num_local_experts": moe.num_experts, "intermediate_size": moe.expert_intermediate_size,
                 "router_jitter_noise": 0.0}
@@ -137,4 +208,6 @@ def moe_hf_keys(model_type: str, moe: MoEConfig) -> dict[str, Any]:
 # Keys read into MoEConfig (not passed through `DecoderConfig.extra`).
 MOE_KEYS = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
             "router_aux_loss_coef", "mlp_only_layers", "decoder_sparse_step", "output_router_logits",
-            "router_jitter_noise", "shared_expert_intermediate_size")
+            "router_jitter_noise", "shared_expert_intermediate_size",
+            "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "n_group",
+            "topk_group", "routed_scaling_factor", *DEEPSEEK_FIXED)

@@ -3,7 +3,9 @@
 Frequencies follow Hugging Face `modeling_rope_utils`: inv_freq_i = theta^(-2i/d); "linear" divides
 them by `factor`; "llama3" (Llama 3.1) divides low frequencies (wavelength > L/low_freq_factor) by
 `factor`, keeps high ones (wavelength < L/high_freq_factor) and interpolates smoothly between, with
-L = original_max_position_embeddings.
+L = original_max_position_embeddings; "yarn" blends interpolated (divided by `factor`) and original
+frequencies along a ramp over the rotary dimensions and multiplies cos and sin by its attention factor
+(trainer/models/rope_scaling.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch import nn
 from trainer.fused.ops import rotary_reference as apply_rotary  # noqa: F401  (the reference, re-exported)
 from trainer.fused.ops import rotate_half  # noqa: F401
 from trainer.models.config import DecoderConfig
+from trainer.models.rope_scaling import yarn_attention_factor, yarn_correction_range
 
 
 def inverse_frequencies(config: DecoderConfig, device: torch.device | None = None) -> torch.Tensor:
@@ -27,7 +30,23 @@ def inverse_frequencies(config: DecoderConfig, device: torch.device | None = Non
         return inv_freq / scaling["factor"]
     if config.rope_type == "llama3":
         return _llama3_scaled(inv_freq, scaling)
+    if config.rope_type == "yarn":
+        return _yarn_scaled(inv_freq, scaling, dim, config.rope_theta)
     return inv_freq
+
+
+def _yarn_scaled(inv_freq: torch.Tensor, scaling: dict, dim: int, theta: float) -> torch.Tensor:
+    low, high = yarn_correction_range(scaling, dim, theta)
+    if low == high:
+        high += 0.001  # as transformers: no zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device=inv_freq.device) - low) / (high - low)).clamp(0, 1)
+    extrapolated = 1 - ramp  # 1 on the fast (high-frequency) dimensions, which keep their frequency
+    return inv_freq / scaling["factor"] * (1 - extrapolated) + inv_freq * extrapolated
+
+
+def attention_factor(config: DecoderConfig) -> float:
+    """What cos and sin are multiplied by: YaRN's attention factor, 1 for the other scalings."""
+    return yarn_attention_factor(config.rope_scaling) if config.rope_type == "yarn" else 1.0
 
 
 def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -58,4 +77,7 @@ class RotaryEmbedding(nn.Module):
         inv_freq = inverse_frequencies(self.config, device=position_ids.device)
         freqs = position_ids[..., None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
+        factor = attention_factor(self.config)
+        if factor != 1.0:
+            return (emb.cos() * factor).to(dtype), (emb.sin() * factor).to(dtype)
         return emb.cos().to(dtype), emb.sin().to(dtype)

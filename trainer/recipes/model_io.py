@@ -67,7 +67,11 @@ def _build_model(section, kwargs: dict, seed: int, kernels: str) -> nn.Module:
 
 def check_layout(model_config, cfg: RecipeConfig) -> None:
     """What the parallel layout needs from this model and data, checked before anything is allocated."""
+    from trainer.contract.attention_checks import check_latent_attention_layout
+
     tp = cfg.distributed.tp_size
+    check_latent_attention_layout(getattr(model_config, "model_type", None), tp_size=tp,
+                                  cp_size=cfg.distributed.cp_size)
     _check_experts(model_config, cfg)
     for field in ("num_attention_heads", "num_key_value_heads"):
         heads = getattr(model_config, field)

@@ -137,11 +137,14 @@ def bundled_trainer_models(f: Facts) -> Optional[Violation]:
 def bundled_expert_layout(f: Facts) -> Optional[Violation]:
     if not bundled(f) or f.model is None or f.model.model_type not in CAPABILITIES.get("moe_model_types", []):
         return None  # dense, or an MoE family the trainer does not build (RA-E002)
-    from trainer.contract.expert_checks import check_expert_combinations  # torch-free; the trainer's own check
+    from trainer.contract.attention_checks import check_latent_attention_layout  # torch-free; the trainer's own
+    from trainer.contract.expert_checks import check_expert_combinations
     from trainer.contract.overrides import ConfigError
 
     lay = f.layout
+    # In the pre-flight's order: DeepSeek-V3's latent attention (contract/attention_checks.py), then the experts.
     try:
+        check_latent_attention_layout(f.model.model_type, tp_size=lay.tp, cp_size=lay.cp)
         check_expert_combinations(moe=True, ep_size=lay.ep, etp_size=lay.etp, tp_size=lay.tp, strategy=f.strategy,
                                   activation_checkpointing=lay.recompute, cp_size=lay.cp, pp_size=lay.pp)
     except ConfigError as exc:

@@ -503,3 +503,15 @@ def test_the_reading_of_gpus_is_said_where_a_file_has_several_nodes(models, gpus
     assert "--nodes" in finding.fix
     one_node = base(models["dense"])  # --gpus 8 on a one-node file: nothing to tell apart
     assert "RA-C014" not in [f.code for f in validate_text(yaml.safe_dump(one_node), "c.yaml", gpus=8).findings]
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"distributed.tp_size": 2}, "distributed.tp_size"),
+    ({"distributed.tp_size": 1, "distributed.sequence_parallel": False, "distributed.cp_size": 2},
+     "distributed.cp_size"),
+])
+def test_deepseek_v3_latent_attention_is_not_split_by_the_bundled_trainer(changes: dict, key: str) -> None:
+    config = with_changes("deepseek-v3", {"distributed.strategy": "fsdp2", **MOCK, **changes})
+    [finding] = [f for f in findings_of(config) if f.code == "RA-E007"]
+    assert finding.key == key and "multi-head latent attention (MLA)" in finding.message
+    assert not [f for f in findings_of(config) if f.code == "RA-E002"], "deepseek_v3 is a family it builds"

@@ -72,3 +72,13 @@ def test_spellings_of_one_layer_target_are_one_setup():
     assert signature(["layers.1.mlp.up_proj"]) == signature(["model.layers.1.mlp.up_proj"])
     assert signature(["q_proj", "model.layers.0.self_attn.q_proj"]) == signature(["q_proj"])
     assert signature(["layers.1.mlp.up_proj"]) != signature(["layers.0.mlp.up_proj"])
+
+
+def test_other_families_keep_their_resume_signature() -> None:
+    """The DeepSeek-V3 fields join the signature only where set: a Qwen3-MoE checkpoint still resumes."""
+    from trainer.contract.resume_checks import model_signature
+    from trainer.models import resolve_config
+
+    sig = model_signature(resolve_config("tiny-moe")[0], None)
+    assert "latent_attention" not in sig
+    assert sorted(sig["experts"]) == ["expert_intermediate_size", "num_experts", "top_k"]

@@ -2,8 +2,9 @@
 dist_scripts/expert_parallel_equivalence.py; each test checks the files its case wrote.
 
 EP=2 over 2 processes (Qwen3-MoE built on meta; Mixtral with full activation checkpointing and the chunked
-loss; Qwen2-MoE, whose shared expert FSDP2 shards over dp as attention) and FSDP2 over an MoE without EP;
-EP=2 x DP=2 and EP=4 need 4 processes and are marked slow.
+loss; Qwen2-MoE, whose shared expert FSDP2 shards over dp as attention; DeepSeek-V3 with MLA, shared experts
+and its frozen selection bias, checkpointed) and FSDP2 over an MoE without EP; EP=2 x DP=2 and EP=4 need 4
+processes and are marked slow.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ TOLERANCE = 1e-5
 @pytest.fixture(scope="module")
 def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("expert2")
-    launch(2, ["ep2", "ep2_mixtral_ac", "ep2_qwen2_moe", "fsdp2_moe"], out, timeout=300, script=SCRIPT)
+    launch(2, ["ep2", "ep2_mixtral_ac", "ep2_qwen2_moe", "fsdp2_moe", "ep2_deepseek"], out, timeout=300, script=SCRIPT)
     return out
 
 
@@ -58,6 +59,10 @@ def test_ep2_qwen2_moe_with_shared_expert_equals_one_process(two_process_results
     # The shared expert is a non-expert parameter: FSDP2 over dp like attention, not over the expert mesh.
     assert meshes["shared_expert.gate_proj"] == meshes["self_attn.q_proj.weight"] == ["dp"]
     assert meshes["experts.gate_proj"] == ["edp", "ep"]
+
+
+def test_ep2_deepseek_v3_checkpointed_equals_one_process(two_process_results: Path) -> None:
+    check_case(two_process_results, "ep2_deepseek", world_size=2, ep_size=2, local_experts=2)
 
 
 def test_fsdp2_moe_without_ep_equals_one_process(two_process_results: Path) -> None:

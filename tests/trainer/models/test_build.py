@@ -49,7 +49,8 @@ def test_legacy_rope_keys_read_like_rope_parameters() -> None:
     [
         ({"model_type": "gpt2"}, "model_type 'gpt2'"),
         ({"num_local_experts": 8}, "mixture-of-experts"),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'"),
+        ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0}}, "rope_type 'longrope'"),
+        ({"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling (yarn) lacks factor"),
         ({"num_key_value_heads": 3}, "num_key_value_heads (3)"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
         ({"vocab_size": None}, "lacks vocab_size"),

@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 import transformers
-from safetensors import safe_open
 
-from trainer.components.hf_io import save_hf_model
-from trainer.distributed.parallelize import full_state_dict
-from trainer.models import CausalLM, DecoderConfig, ModelConfigError, load_weights_into
+from tests.trainer.models.hub_parity import (
+    assert_logits_equal_from_hub,
+    assert_transformers_loads_what_we_save,
+    hub_names,
+    random_hf_model,
+)
+from trainer.models import CausalLM, DecoderConfig, ModelConfigError
 
 BASE = {"vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
@@ -34,17 +36,6 @@ MOE_CONFIGS = {
 }
 
 
-def random_hf_model(cfg: dict) -> transformers.PreTrainedModel:
-    hf_config = transformers.AutoConfig.for_model(**cfg)
-    hf_config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.2)
-    return model
-
-
 @pytest.fixture(params=sorted(MOE_CONFIGS))
 def hub_folder(request, tmp_path: Path) -> tuple[transformers.PreTrainedModel, Path]:
     hf_model = random_hf_model(MOE_CONFIGS[request.param])
@@ -54,30 +45,13 @@ def hub_folder(request, tmp_path: Path) -> tuple[transformers.PreTrainedModel, P
 
 def test_logits_equal_transformers_from_hub_safetensors(hub_folder) -> None:
     hf_model, folder = hub_folder
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        names = list(f.keys())
-    assert any(".experts.0." in n for n in names), "the Hub layout keeps one tensor per expert"
-    config = DecoderConfig.from_file(folder)
-    ours = CausalLM(config).eval()
-    load_weights_into(ours, folder)
-    ids = torch.randint(0, 256, (2, 13), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids), hf_model(ids).logits, atol=1e-5, rtol=1e-5)
+    assert any(".experts.0." in n for n in hub_names(folder)), "the Hub layout keeps one tensor per expert"
+    assert_logits_equal_from_hub(hf_model, folder)
 
 
 def test_transformers_loads_what_we_save(hub_folder, tmp_path: Path) -> None:
     hf_model, folder = hub_folder
-    ours = CausalLM(DecoderConfig.from_file(folder)).eval()
-    load_weights_into(ours, folder)
-    save_hf_model(full_state_dict(ours), ours.config, tmp_path / "ours")
-    with safe_open(str(tmp_path / "ours" / "model.safetensors"), "pt") as f:
-        with safe_open(str(folder / "model.safetensors"), "pt") as hub:
-            assert sorted(f.keys()) == sorted(hub.keys()), "our checkpoint uses the Hub's names"
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours").eval()
-    assert type(reloaded).__name__ == type(hf_model).__name__
-    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(ids).logits, ours(ids), atol=1e-5, rtol=1e-5)
+    assert_transformers_loads_what_we_save(hf_model, folder, tmp_path / "ours")
 
 
 def test_dense_layers_stay_dense() -> None:
@@ -107,7 +81,7 @@ def test_num_parameters_counts_experts_and_active_parameters_the_top_k() -> None
     ({k: v for k, v in MOE_CONFIGS["qwen2_moe"].items() if k != "shared_expert_intermediate_size"},
      "shared_expert_intermediate_size"),
     ({**MOE_CONFIGS["qwen2_moe"], "use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
-    ({**BASE, "model_type": "deepseek_v3", "intermediate_size": 48, "n_routed_experts": 4}, "deepseek_v3"),
+    ({**BASE, "model_type": "deepseek_v2", "intermediate_size": 48, "n_routed_experts": 4}, "deepseek_v2"),
     ({**MOE_CONFIGS["mixtral"], "router_jitter_noise": 0.1}, "router_jitter_noise"),
     ({**MOE_CONFIGS["qwen3_moe"], "num_experts_per_tok": 9}, "num_experts_per_tok"),
 ])

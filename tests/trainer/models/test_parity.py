@@ -67,6 +67,21 @@ def test_llama3_rope_scaling_changes_logits() -> None:
         assert (scaled(ids) - plain(ids)).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("family, scaling", [
+    ("llama", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+    ("qwen3", {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16, "beta_fast": 16,
+               "attention_factor": 1.3, "truncate": False}),
+])
+def test_yarn_rope_equals_transformers(family: str, scaling: dict) -> None:
+    """YaRN: blended frequencies and cos/sin times its attention factor, as transformers' default RoPE module."""
+    hf_model = random_hf_model(tiny_config(family, rope_scaling=scaling))
+    ours = ours_from(hf_model)
+    assert ours.config.rope_type == "yarn"
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf_model(ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_sliding_window_masks_beyond_window() -> None:
     """Mistral's window (6) matters past 6 tokens; sdpa and eager agree on it."""
     config = tiny_config("mistral")

@@ -36,6 +36,13 @@ FAMILIES = {
                   "mlp_only_layers": [], "decoder_sparse_step": 1, "router_aux_loss_coef": 0.05},
     "mixtral": {**TINY, "model_type": "mixtral", "intermediate_size": 16, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "router_aux_loss_coef": 0.05},
+    # Layer 0 dense, layer 1 sigmoid-routed over 2 groups with a shared expert, MLA attention; the aux loss
+    # asked for (DeepSeek-V3 runs without by default) so that its sigmoid path is checked too.
+    "deepseek_v3": {**TINY, "model_type": "deepseek_v3", "num_key_value_heads": 4, "intermediate_size": 48,
+                    "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+                    "topk_group": 1, "n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5,
+                    "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                    "v_head_dim": 8, "router_aux_loss_coef": 0.05},
 }
 # case: (family, ep_size, activation checkpointing, build on meta, chunked loss)
 CASES = {
@@ -43,9 +50,12 @@ CASES = {
     "ep2_mixtral_ac": ("mixtral", 2, "full", False, True),
     "ep2_qwen2_moe": ("qwen2_moe", 2, "none", True, False),
     "fsdp2_moe": ("qwen3_moe", 1, "selective", True, False),
+    "ep2_deepseek": ("deepseek_v3", 2, "full", True, False),
     "ep2_dp2": ("qwen3_moe", 2, "none", True, True),
     "ep4": ("mixtral", 4, "full", True, False),
 }
+
+
 def train(model, data, *, dp_rank=0, dp_size=1, dp_group=None, chunked=False):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     configure_aux_loss(model, dp_group, dp_size, micro_batches=1)
