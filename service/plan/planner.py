@@ -131,7 +131,7 @@ def _rows(request: PlanRequest, est: Estimators, structure: Layout, sizes: list[
           options: list[tuple[str, str, tuple]], usable_gib: float) -> list[PlannedLayout]:
     """One row per micro batch: the fastest (recompute, sharding) that fits, else the leanest."""
     dp = structure.dp(request.world_size)
-    order = recomputes(request.engine)
+    order = recomputes(request.engine, structure.ep)
     n_order = len(order)
     accumulations = [request.global_batch_size // (mbs * dp) for mbs in sizes]
     all_totals = est.memory.totals(structure, list(zip(sizes, accumulations)), tuple(o[0] for o in options), order)

@@ -110,8 +110,12 @@ def micro_batch_sizes(request: PlanRequest, dp: int) -> list[int]:
     return [b for b in sizes if gbs % (b * dp) == 0]
 
 
-def recomputes(engine: str) -> tuple[str, ...]:
+def recomputes(engine: str, ep: int = 1) -> tuple[str, ...]:
+    """The recompute settings the engine runs, cheapest first; the bundled trainer's expert parallel refuses
+    selective recompute (trainer/contract/expert_checks.py), so its EP layouts are planned without it."""
     allowed = CAPABILITIES.get("recompute", RECOMPUTE_ORDER) if engine == "bundled" else RECOMPUTE_ORDER
+    if engine == "bundled" and ep > 1 and not CAPABILITIES.get("ep_with_selective_recompute", True):
+        allowed = [r for r in allowed if r != "selective"]
     return tuple(r for r in RECOMPUTE_ORDER if r in allowed)
 
 

@@ -124,6 +124,18 @@ def test_bundled_engine_plans_ep_for_qwen3_moe_and_rejects_tp_on_its_moe_layers(
     assert "RA-E007" in result.rejections  # TP > 1 (and selective recompute with EP), with the reason
 
 
+def test_bundled_expert_parallel_rows_pass_the_rules_with_the_recompute_they_carry():
+    # The rules are checked on each parallel shape; the recompute is picked per row afterwards, so a row
+    # must not pick one the trainer refuses for that shape (selective with EP: RA-E007).
+    result = plan(make_request("moonlight-16b", 16, "h100", engine="bundled", seq_length=4096, global_batch_size=1024))
+    ep_rows = [r for r in result.layouts if r.layout.ep > 1]
+    assert ep_rows and any(r.layout.recompute == "selective" for r in result.layouts if r.layout.ep == 1)
+    for row in ep_rows:
+        errors = [f for f in check_layout(facts_for(result.request, row.layout, row.strategy))
+                  if f.severity == "error"]
+        assert row.layout.recompute != "selective" and not errors, (row.layout, errors)
+
+
 def test_bundled_fp8_plans_data_parallel_on_hopper_and_nothing_on_cpu(capsys):
     hopper = plan(make_request("tiny-llama", 2, "h100", engine="bundled", precision="fp8"))
     assert hopper.fitting and {r.layout.tp for r in hopper.layouts} == {1}
