@@ -96,6 +96,8 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
     mla = ref.get("kv_lora_rank") is not None or "kv_lora_rank" in override.get("fill", {})
     keys = {**_PLAIN_KEYS, **_family_keys(model_type)}
     cfg: dict[str, Any] = {"model_type": model_type}
+    if mla:
+        cfg["q_lora_rank"] = None  # replaced below where the reference or the override has one
     for ref_field, hf_key in keys.items():
         value = ref.get(ref_field)
         if value is None or (hf_key == "head_dim" and mla):
@@ -107,7 +109,7 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
         if ref["shared_expert_intermediate_size"] != expected:
             raise GenerationError(f"{model_key}: shared expert width disagrees with n_shared_experts x moe width")
     for key, value in override.get("fill", {}).items():
-        if key in cfg and cfg[key] != value:
+        if cfg.get(key) is not None and cfg[key] != value:
             raise GenerationError(f"{model_key}: override {key}={value!r} contradicts the reference {cfg[key]!r}")
         cfg[key] = value
     missing = [k for k in CORE_KEYS if cfg.get(k) is None]
@@ -134,7 +136,10 @@ def model_config(ref: dict[str, Any], override: dict[str, Any], megatron_keys: l
         "advisor_published_active_params": active,
         "advisor_sources": _sources(ref, override, cfg),
     })
-    return {k: v for k, v in cfg.items() if v is not None}
+    # An MLA model without query compression says so: transformers' DeepseekV3Config (and the bundled
+    # trainer) read a missing q_lora_rank as 1536.
+    explicit_null = {"q_lora_rank"} if mla else set()
+    return {k: v for k, v in cfg.items() if v is not None or k in explicit_null}
 
 
 def tiny_config(model_id: str, fields: dict[str, Any]) -> dict[str, Any]:

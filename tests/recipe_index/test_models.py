@@ -223,3 +223,11 @@ def test_the_model_folder_holds_every_json_under_recipe_index():
     measurements = MODELS_DIR.parent / "data"  # published throughput, not model configs (recipe_index/measurements.py)
     assert {path.parent for path in MODELS_DIR.parent.rglob("*.json") if path.parent != measurements} == {MODELS_DIR}
     assert len(list_models()) == len(list(MODELS_DIR.glob("*.json")))
+
+
+@pytest.mark.parametrize("model_id", ["moonlight-16b", "deepseek-v2-lite"])
+def test_latent_attention_without_query_compression_says_q_lora_rank_null(model_id):
+    # transformers' DeepseekV3Config and the bundled trainer read a missing q_lora_rank as 1536.
+    raw = json.loads((MODELS_DIR / f"{model_id}.json").read_text())
+    assert "q_lora_rank" in raw and raw["q_lora_rank"] is None
+    assert json.loads((MODELS_DIR / "deepseek-v3.json").read_text())["q_lora_rank"] == 1536
