@@ -22,7 +22,8 @@ whole-process peak and the peak above the RSS after imports (what training itsel
 
 `--moe` trains an MoE of the tiny-moe family instead (Qwen3-MoE: the same attention, 8 experts of FFN 256,
 top-2, norm_topk_prob, every layer sparse) against `transformers.Qwen3MoeForCausalLM` with
-`output_router_logits` on, so both optimise cross-entropy + 0.001 x the load-balancing loss.
+`output_router_logits` on, so both optimise cross-entropy + 0.001 x a load-balancing loss (transformers'
+normalisation is top_k times ours for one layer: the same work, a different weight).
 
 `--interleaved` runs both loops in each process, one step of each in turn, for a speed ratio that
 load from other processes disturbs less (memory is then not measured).
