@@ -1,5 +1,5 @@
-"""Llama-family decoders (Llama, Mistral, Qwen2, Qwen3) and MoE decoders (Qwen3-MoE, Mixtral, DeepSeek-V3) with
-Hugging Face parameter names."""
+"""Llama-family decoders (Llama, Mistral, Qwen2, Qwen3) and MoE decoders (Qwen3-MoE, Qwen2-MoE, Mixtral,
+DeepSeek-V3) with Hugging Face parameter names."""
 
 from trainer.models.builder import (
     InitSource,

@@ -74,7 +74,7 @@ class Attention(nn.Module):
 
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)) (Shazeer 2020, "GLU Variants Improve Transformer"); `intermediate_size`
-    other than the config's: Qwen2-MoE's shared expert."""
+    other than the config's: the shared experts of Qwen2-MoE and DeepSeek-V3."""
 
     def __init__(self, config: DecoderConfig, intermediate_size: Optional[int] = None):
         super().__init__()
