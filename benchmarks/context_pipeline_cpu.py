@@ -134,7 +134,11 @@ def main() -> None:
     parser.add_argument("--cp-seq", type=int, default=16384)
     parser.add_argument("--pp-steps", type=int, default=8)
     parser.add_argument("--skip", choices=["cp", "pp"], action="append", default=[])
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): CP at seq 256, PP for 2 steps")
     args = parser.parse_args()
+    if args.smoke:
+        args.cp_seq, args.pp_steps = 256, 2
     if "cp" not in args.skip:
         rows = context_parallel_memory(args.cp_seq)
         mib = {cp: {k: v / 2**20 for k, v in row.items()} for cp, row in rows.items()}

@@ -201,12 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe-grad-reduce", action="store_true",
                         help="plan with the recipes' own bf16 gradient reduce (grad_reduce_in_fp32=False), "
                              "not the default fp32")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): the first 8 records")
     args = parser.parse_args(argv)
     if args.records:
         bench = scored_records(args.records)
     else:
         records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
         bench = [r for r in records if r["kind"] == "perf_benchmark"]
+    if args.smoke:
+        bench = bench[:8]
     started = time.perf_counter()
     results = evaluate(bench, "bf16" if args.recipe_grad_reduce else "fp32")
     s = summary(results)

@@ -1,0 +1,54 @@
+"""Every benchmark script with a command line runs its `--smoke` mode: the same code path on a tiny input, in
+seconds, so that a script broken by a change elsewhere fails here and not on the day its figures are needed.
+The GPU scripts' smoke runs on CPU. A new script with a command line is picked up by the glob, and fails
+here until it has a `--smoke` mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+SCRIPTS = sorted(p for p in [*BENCHMARKS.glob("*.py"), *(BENCHMARKS / "gpu").glob("*.py")]
+                 if '__name__ == "__main__"' in p.read_text())
+# Smoke runs a dedicated test already makes, asserting more than the exit code.
+SMOKED_ELSEWHERE = {"gpu/bench.py": REPO / "tests" / "trainer" / "fused" / "test_gpu_benchmark_script.py"}
+# Whose smoke starts torch.distributed.run (2 processes) or trains in subprocesses: out of `make test-fast`.
+MULTI_PROCESS = {"context_pipeline_cpu.py", "train_vs_hf.py"}
+
+
+def _name(path) -> str:
+    return str(path.relative_to(BENCHMARKS))
+
+
+def _params():
+    for path in SCRIPTS:
+        name = _name(path)
+        if name in SMOKED_ELSEWHERE:
+            continue
+        marks = [pytest.mark.slow] if name in MULTI_PROCESS else []
+        yield pytest.param(path, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("script", _params())
+def test_benchmark_script_runs_its_smoke_mode(script, tmp_path) -> None:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, str(script), "--smoke"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, f"{_name(script)} --smoke: exit {out.returncode}\n{out.stdout[-2000:]}\n" \
+                                f"{out.stderr[-3000:]}"
+    assert out.stdout.strip(), f"{_name(script)} --smoke printed no figures"
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+def test_every_benchmark_script_is_smoked() -> None:
+    names = {_name(p) for p in SCRIPTS}
+    assert {"train_vs_hf.py", "expert_layouts.py", "gpu/kernel_check.py"} <= names  # the glob sees both folders
+    for name, test_file in SMOKED_ELSEWHERE.items():
+        assert name in names and f'"{name.split("/")[-1]}"' in test_file.read_text() and \
+            '"--smoke"' in test_file.read_text(), (name, test_file)
