@@ -17,14 +17,6 @@ PIPELINE = {"distributed": {"strategy": "fsdp2", "backend": "gloo", "pp_size": 2
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """One process, no pipeline: `python -m trainer CONFIG`."""
-    folder = tmp_path_factory.mktemp("single")
-    assert_clean_exit(run_trainer(write_config(folder), nproc=0))
-    return folder / "ckpt"
-
-
-@pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pp2")
     assert_clean_exit(run_trainer(write_config(folder, PIPELINE)))
