@@ -45,8 +45,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_torch(obj: Any, path: Path) -> None:
     import torch
 
+    from trainer.contract.safe_paths import open_no_follow
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, path)
+    with open_no_follow(path, "w", binary=True) as fh:
+        torch.save(obj, fh)
 
 
 def load_torch(path: Path) -> Any:
@@ -73,10 +76,13 @@ def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pat
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
+    from trainer.components.checkpoint_trust import TrustedFileSystemReader, TrustedLoadPlanner
+
     configured = [{k: group[k] for k in (*optimizer.defaults, "initial_lr") if k in group}
                   for group in optimizer.param_groups]
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=str(path))
+    # DCP's own reader and planner unpickle the metadata and the non-tensor entries freely: never used here.
+    dcp.load(state, storage_reader=TrustedFileSystemReader(str(path)), planner=TrustedLoadPlanner())
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     for group, values in zip(optimizer.param_groups, configured):
         group.update(values)
