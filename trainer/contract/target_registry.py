@@ -96,16 +96,14 @@ def names(section: str) -> list[str]:
 
 
 def nearest_names(section: str, target: Any, n: int = 3) -> list[str]:
-    """Registered names of ``section`` closest to ``target``: same last part first (``torch.optim.adamw.AdamW``
-    -> ``torch.optim.AdamW``), then by spelling."""
+    """Registered names of ``section`` whose last part is spelt closest to ``target``'s (``torch.optim.adamw.AdamW``
+    -> ``torch.optim.AdamW``), else the section's first names. Compares the short last parts only: cheap."""
     options = names(section)
     if not isinstance(target, str) or not options:
         return options[:n]
-    last = target.rsplit(".", 1)[-1].lower()
-    same_leaf = [name for name in options if name.rsplit(".", 1)[-1].lower() == last]
-    close = get_close_matches(target[:256], options, n=n, cutoff=0.5)
-    ranked = list(dict.fromkeys(same_leaf + close))
-    return (ranked or options)[:n]
+    leaves = {name.rsplit(".", 1)[-1].lower(): name for name in options}
+    close = get_close_matches(target.rsplit(".", 1)[-1].lower()[:64], list(leaves), n=n, cutoff=0.5)
+    return [leaves[leaf] for leaf in close] or options[:n]
 
 
 def refusal(section: str, target: Any, key: str) -> str:

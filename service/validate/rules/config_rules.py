@@ -436,11 +436,14 @@ def target_allowed(view: "ConfigView") -> Iterator[Violation]:
             yield Violation(f"_target_ {shown} at {place}: no callable may be named there (configs are data); it "
                             "was not imported", "remove the _target_ (the registry: docs/trainer.md)", key=where)
             continue
-        nearest = ", ".join(target_registry.nearest_names(key, target))
         why = target_registry.NOT_REGISTERED_BECAUSE.get(str(target))
         yield Violation(f"_target_ {shown} is not a registered {key} callable" + (f" ({why})" if why else "")
                         + f"; it was not imported (at most {MAX_TARGET_CHARS} characters, public names only)",
-                        f"name one of the registry's: {nearest}", key=where)
+                        partial(_nearest_registered, key, target), key=where)
+
+
+def _nearest_registered(section: str, target: object) -> str:
+    return f"name one of the registry's: {', '.join(target_registry.nearest_names(section, target))}"
 
 
 # Keys of a `_target_` section the trainer consumes itself and passes on under its own names (the model

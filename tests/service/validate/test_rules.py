@@ -143,6 +143,7 @@ CASES = [
                                                  "num_samples": 3}}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
+    ("RA-S003", "dense", {"checkpoint.checkpoint_dir": "../../.config/autostart"}),
 ]
 
 
