@@ -124,6 +124,14 @@ class TrustedLoadPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
+def load_dcp(state: dict[str, Any], folder: Path) -> None:
+    """``dcp.load`` of ``folder`` into ``state`` through the trusted reader and planner: the trainer's only way
+    to read a DCP folder (the optimizer's ``optim/``, the sharded model's ``model/sharded/``)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, storage_reader=TrustedFileSystemReader(str(folder)), planner=TrustedLoadPlanner())
+
+
 # ----------------------------------------------------------------------------- the check before loading
 
 def verify_checkpoint(ckpt: Path) -> None:
@@ -181,29 +189,37 @@ def _check_safetensors(path: Path) -> None:
 
 
 def _check_dcp_folder(metadata_path: Path) -> None:
-    """The metadata, then each storage entry it lists: bytes loaded as weights only, tensors in bounds."""
+    """The metadata, then each storage entry it lists, one shard file open at a time: byte entries loaded as
+    weights only, tensor entries in bounds and starting as torch.save writes them."""
     metadata = load_metadata(metadata_path)
     folder = metadata_path.parent
-    sizes: dict[str, int] = {}
-    for index, info in sorted(metadata.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        shard = folder / info.relative_path
+    per_file: dict[str, list[tuple[Any, Any]]] = {}
+    for index, info in metadata.storage_data.items():
+        per_file.setdefault(info.relative_path, []).append((index, info))
+    for name, entries in sorted(per_file.items()):
+        shard = folder / name
         if shard.is_symlink() or not shard.is_file():
-            raise refused(metadata_path, f"lists {info.relative_path}, which is not a file of {folder}")
-        size = sizes.setdefault(info.relative_path, shard.stat().st_size)
-        if info.offset + info.length > size:
-            raise refused(shard, f"ends at byte {size}, before the entry {index.fqn} its metadata places at "
-                                 f"{info.offset}..{info.offset + info.length} (a truncated copy?)")
+            raise refused(metadata_path, f"lists {name}, which is not a file of {folder}")
+        size = shard.stat().st_size
         with open(shard, "rb") as fh:
-            fh.seek(info.offset)
-            is_bytes = isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata)
-            data = fh.read(info.length if is_bytes else len(ZIP_MAGIC))
-        if not data.startswith(ZIP_MAGIC):
-            raise refused(shard, f"entry {index.fqn} is not what torch.save writes")
-        if is_bytes:
-            try:
-                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            except Exception as exc:
-                raise refused(shard, f"entry {index.fqn} does not load as weights only ({_first_line(exc)})") from None
+            for index, info in sorted(entries, key=lambda entry: entry[1].offset):
+                _check_entry(fh, shard, size, index.fqn, info,
+                             isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata))
+
+
+def _check_entry(fh: Any, shard: Path, size: int, fqn: str, info: Any, is_bytes: bool) -> None:
+    if info.offset + info.length > size:
+        raise refused(shard, f"ends at byte {size}, before the entry {fqn} its metadata places at "
+                             f"{info.offset}..{info.offset + info.length} (a truncated copy?)")
+    fh.seek(info.offset)
+    data = fh.read(info.length if is_bytes else len(ZIP_MAGIC))
+    if not data.startswith(ZIP_MAGIC):
+        raise refused(shard, f"entry {fqn} is not what torch.save writes")
+    if is_bytes:
+        try:
+            torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise refused(shard, f"entry {fqn} does not load as weights only ({_first_line(exc)})") from None
 
 
 _CHECKS: dict[str, Callable[[Path], None]] = {
