@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from trainer.contract.attention_checks import preflight_attention_checks
 from trainer.contract.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
@@ -19,7 +19,7 @@ from trainer.contract.capabilities import CAPABILITIES
 from trainer.contract.checkpoint_layout import resolve_restore
 from trainer.contract.config import RecipeConfig, parse_config, section_fields
 from trainer.contract.expert_checks import preflight_expert_checks
-from trainer.contract.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
+from trainer.contract.fast_paths import adapts_lm_head, fused_step_runs
 from trainer.contract.layout_checks import check_layout as check_parallel_layout
 from trainer.contract.model_checks import (
     check_model_keys,
@@ -72,10 +72,11 @@ def _format_validation_error(exc: Exception, path: str, flags: set[str] = frozen
 UNSUPPORTED_DIMENSIONS: tuple[tuple[str, str], ...] = ()
 
 
-def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> None:
+def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True) -> Optional[Path]:
     """Every check that needs no torch and no model: run before any work, on every rank alike.
     ``compare_resume``: also the resume checks of the checkpoint this run would resume
-    (check_resume_before_launch); the workers run them after the model's signature check instead."""
+    (check_resume_before_launch), which is returned (None: a fresh start, or not compared); the workers
+    run them after the model's signature check instead."""
     d = cfg.distributed
     if d.strategy == "megatron":
         raise ConfigError(
@@ -105,7 +106,7 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
     s = cfg.step_scheduler
     derive_grad_acc_steps(s.global_batch_size, s.local_batch_size, world_size // (d.tp_size * d.cp_size * d.pp_size))
-    for section_name in ("optimizer", "loss_fn", "recipe", "model"):  # the allow-list first: a security refusal
+    for section_name in ("optimizer", "loss_fn", "recipe", "model"):  # the registry first: a security refusal
         target = getattr(cfg, section_name).target
         if target is not None:
             check_target(target, section_name)
@@ -133,8 +134,7 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
     check_seq_lengths(cfg, declared_positions(cfg.model)[1], cfg.model.pretrained_model_name_or_path)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
-    if compare_resume:
-        check_resume_before_launch(cfg, world_size)
+    return check_resume_before_launch(cfg, world_size) if compare_resume else None
 
 
 class Problem(NamedTuple):
@@ -187,24 +187,13 @@ def section_problems(cfg: RecipeConfig) -> list[Problem]:
     return problems
 
 
-# torch optimizers the training step cannot drive, and why.
-UNSTEPPABLE_OPTIMIZERS = {
-    "torch.optim.LBFGS": "its step() re-evaluates the loss through a closure, which a training step does not pass",
-    "torch.optim.SparseAdam": "it takes sparse gradients only, and the model's gradients are dense",
-}
-
-
 def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
     """(key, why, fix) for each optimizer or loss setting the training step cannot call: fused steps
-    torch lacks for the strategy, optimizers that are not first-order, a loss outside the trainer's
-    signature ``loss_fn(model, input_ids, labels) -> (loss sum, label tokens)``, chunking under TP.
+    torch lacks for the strategy, chunking under TP or with an adapted LM head. (An optimizer that is not
+    first-order, or a loss outside the trainer's signature, is not in the registry: refused before this.)
     The pre-flight refuses the first; validate reports each (RA-E004)."""
     problems = []
     optimizer, strategy = cfg.optimizer.target or "", cfg.distributed.strategy
-    if optimizer_name(optimizer) in UNSTEPPABLE_OPTIMIZERS:
-        why = UNSTEPPABLE_OPTIMIZERS[optimizer_name(optimizer)]
-        problems.append(("optimizer._target_", f"{optimizer} cannot train here: {why}",
-                         "use a first-order optimizer such as torch.optim.AdamW"))
     if cfg.optimizer.fused and optimizer.startswith("torch.optim.") and not fused_step_runs(optimizer, strategy):
         if "fused" in literal_defaults(optimizer):
             fix = "set optimizer.fused: false, or distributed.strategy: ddp"
@@ -213,13 +202,6 @@ def step_callable_problems(cfg: RecipeConfig) -> list[tuple[str, str, str]]:
                    f"--optimizer \"{{_target_: {optimizer}, lr: {cfg.optimizer.lr}}}\"")
         problems.append(("optimizer.fused", f"{optimizer} has no fused step for the sharded (DTensor) parameters "
                          f"of strategy {strategy} (torch fuses only Adam and AdamW there)", fix))
-    loss = cfg.loss_fn.target
-    if loss is not None and not loss.startswith("trainer."):
-        takes = "takes (input, target)" if loss.startswith("torch.nn.") else "is not a trainer loss"
-        problems.append(("loss_fn._target_", f"{loss} {takes}, and the training step calls "
-                         "loss_fn(model, input_ids, labels) for (loss sum, label tokens)",
-                         "remove the loss_fn section for trainer.loss.causal_lm_loss, or name a trainer.* loss of "
-                         "that signature"))
     if cfg.loss_fn.kwargs().get("chunked") is True and cfg.distributed.tp_size > 1:
         problems.append(("loss_fn.chunked", f"true does not run with tensor parallel (tp_size "
                          f"{cfg.distributed.tp_size}: the LM head is split over the tp mesh)",
@@ -237,7 +219,7 @@ def check_step_callables(cfg: RecipeConfig) -> None:
         raise ConfigError(f"{key}: {why}; {fix}")
 
 
-def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:
+def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> Optional[Path]:
     """The resume checks of the workers (trainer.recipes.base_recipe.select_checkpoint) that need no
     model, so that the launcher and ``--dry-run`` refuse what the workers would: the config
     comparison, and the PEFT part of the signature (the architecture part needs the built model)."""
@@ -248,7 +230,7 @@ def check_resume_before_launch(cfg: RecipeConfig, world_size: int) -> None:
             return []
         return signature_differences({"peft": model_signature(None, peft)["peft"]}, {"peft": saved["peft"]})
 
-    checked_resume(cfg, Path(cfg.checkpoint.checkpoint_dir), world_size, peft_differences)
+    return checked_resume(cfg, Path(cfg.checkpoint.checkpoint_dir), world_size, peft_differences)[0]
 
 
 def is_rank_zero() -> bool:
