@@ -90,3 +90,25 @@ def test_the_base_config_passes_both(tmp_path: Path) -> None:
         _, cfg = load_config(str(path), [])
         preflight(cfg, 2, compare_resume=False)
         assert [f for f in validate_text(path.read_text(), str(path)).findings if f.severity == "error"] == []
+
+
+PIPELINE = ["recommend", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--goal", "pretrain",
+            "--engine", "bundled", "--distributed.pp_size", "2"]
+
+
+def test_recommend_writes_no_pipeline_config_the_preflight_refuses(tmp_path: Path, capsys) -> None:
+    """Its own micro batch leaves a micro batch per stage, and the validation set runs through the pipeline;
+    a local batch that leaves fewer micro batches than stages is refused, naming the key, and not written."""
+    from service.cli.app import main
+
+    written = tmp_path / "pp.yaml"
+    assert main(PIPELINE + ["-o", str(written)]) == 0
+    _, cfg = load_config(str(written), [])
+    assert cfg.validation_dataset is not None and cfg.distributed.pp_size == 2
+    preflight(cfg, 2, compare_resume=False)
+    refused = tmp_path / "pp16.yaml"
+    capsys.readouterr()
+    assert main(PIPELINE + ["--step_scheduler.local_batch_size", "16", "-o", str(refused)]) == 2
+    err = capsys.readouterr().err
+    assert "RA-E009 error: step_scheduler.global_batch_size" in err and "nothing written" in err
+    assert not refused.exists()
