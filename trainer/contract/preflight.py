@@ -22,7 +22,7 @@ from trainer.contract.expert_checks import declared_experts
 from trainer.contract.fast_paths import adapts_lm_head, fused_step_runs, optimizer_name
 from trainer.contract.model_checks import (
     check_model_keys,
-    check_model_section,
+    check_model_source,
     check_peft_targets,
     declared_positions,
     declared_size,
@@ -111,7 +111,9 @@ def check_machine_files(cfg: RecipeConfig) -> None:
                 resolve_tokenizer_path(call["tokenizer"], fetch=False)  # a model's: fetched by the workers
         except FieldError as exc:
             raise ConfigError(f"{section_name}.{exc.field}: {exc.reason}") from None
-    check_model_section(cfg.model)
+    if cfg.model.target is None and cfg.model.pretrained_model_name_or_path:  # the default loader's model
+        check_model_source(cfg.model.pretrained_model_name_or_path,
+                           weights=cfg.model.kwargs().get("load_weights") is True)
     if cfg.restore_from is not None and cfg.restore_from.path is not None:
         resolve_restore(cfg.restore_from.path, Path(cfg.checkpoint.checkpoint_dir))
 
