@@ -16,8 +16,16 @@ from tests.paths import REPO
 BENCHMARKS = REPO / "benchmarks"
 SCRIPTS = sorted(p for p in [*BENCHMARKS.glob("*.py"), *(BENCHMARKS / "gpu").glob("*.py")]
                  if '__name__ == "__main__"' in p.read_text())
-# Smoke runs a dedicated test already makes, asserting more than the exit code.
-SMOKED_ELSEWHERE = {"gpu/bench.py": REPO / "tests" / "trainer" / "fused" / "test_gpu_benchmark_script.py"}
+# Smoke runs a dedicated test already makes, asserting more than the exit code: script -> (the file that runs it
+# with --smoke, the test that runs that file). `run.sh --smoke` runs every GPU phase on CPU.
+GPU_TEST = REPO / "tests" / "trainer" / "fused" / "test_gpu_benchmark_script.py"
+RUN_SH = BENCHMARKS / "gpu" / "run.sh"
+SMOKED_ELSEWHERE = {
+    "gpu/bench.py": (GPU_TEST, GPU_TEST),
+    **{f"gpu/{name}": (RUN_SH, GPU_TEST) for name in ("kernel_check.py", "peer_torchtitan.py", "hf_moe_reference.py",
+                                                      "summary.py")},
+    "checkpoint_metadata.py": (REPO / "tests" / "trainer" / "security" / "test_checkpoint_metadata_benchmark.py",) * 2,
+}
 # Whose smoke starts torch.distributed.run (2 processes) or trains in subprocesses: out of `make test-fast`.
 MULTI_PROCESS = {"context_pipeline_cpu.py", "train_vs_hf.py"}
 
@@ -49,6 +57,6 @@ def test_benchmark_script_runs_its_smoke_mode(script, tmp_path) -> None:
 def test_every_benchmark_script_is_smoked() -> None:
     names = {_name(p) for p in SCRIPTS}
     assert {"train_vs_hf.py", "expert_layouts.py", "gpu/kernel_check.py"} <= names  # the glob sees both folders
-    for name, test_file in SMOKED_ELSEWHERE.items():
-        assert name in names and f'"{name.split("/")[-1]}"' in test_file.read_text() and \
-            '"--smoke"' in test_file.read_text(), (name, test_file)
+    for name, (runner, test_file) in SMOKED_ELSEWHERE.items():
+        assert name in names and name.split("/")[-1] in runner.read_text(), (name, runner)
+        assert '"--smoke"' in test_file.read_text() and (runner == test_file or runner.name in test_file.read_text())
