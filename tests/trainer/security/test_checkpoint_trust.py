@@ -109,15 +109,18 @@ def test_random_or_truncated_file_is_one_line_naming_it(layout, checkpoint_of, t
         for damage in (randomise, truncate):
             with damaged(ckpt, place, damage) as path:
                 if place.file == Path("config.yaml") and damage is truncate:
-                    # Half a YAML mapping can still be YAML: the resume comparison then refuses another config.
+                    # Half a YAML mapping can still be YAML: the resume comparison then refuses another config,
+                    # or warns that it cannot compare with one the schema does not read.
                     try:
                         verify_checkpoint(ckpt)
                     except UntrustedCheckpoint as exc:
                         message = str(exc)
-                    else:
-                        with pytest.raises(ConfigError) as caught:
-                            check_resume_config(ckpt, run_config, "checkpoint.checkpoint_dir")
-                        message = str(caught.value)
+                    else:  # the comparison refuses another config, or says it cannot compare and resumes without
+                        try:
+                            message = check_resume_config(ckpt, run_config, "checkpoint.checkpoint_dir")[0]
+                            assert message.startswith("warning: cannot compare this config"), message
+                        except ConfigError as exc:
+                            message = str(exc)
                     assert "\n" not in message and str(ckpt) in message
                     continue
                 message = _refusal(ckpt)
