@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from trainer.contract.attention_checks import preflight_attention_checks
+from trainer.contract.balancing_checks import balancing_problems
 from trainer.contract.builders import check_target, dataset_call, resolve_data_path, resolve_tokenizer_path
 from trainer.contract.capabilities import CAPABILITIES
 from trainer.contract.checkpoint_layout import resolve_restore
@@ -110,8 +111,12 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         if target is not None:
             check_target(target, section_name)
     problems = section_problems(cfg)
-    if problems:
-        raise ConfigError(str(problems[0]))
+    errors = [p for p in problems if not p.warning]
+    if errors:
+        raise ConfigError(str(errors[0]))
+    for warning in problems:
+        if is_rank_zero():
+            print(f"warning: {warning}", file=sys.stderr)
     for section_name in ("dataset", "validation_dataset"):
         section = getattr(cfg, section_name)
         if section is None:
@@ -143,6 +148,7 @@ class Problem(NamedTuple):
     why: str
     fix: str = ""
     missing: bool = False
+    warning: bool = False  # the trainer runs it, and says how (a converted Megatron coefficient)
 
     def __str__(self) -> str:
         return f"{self.key}: {self.why}" + (f"; {self.fix}" if self.fix else "")
@@ -182,6 +188,7 @@ def section_problems(cfg: RecipeConfig) -> list[Problem]:
             check()
         except ConfigError as exc:
             problems.append(_problem(exc))
+    problems += [Problem(key, why, fix, warning=warning) for key, why, fix, warning in balancing_problems(cfg)]
     if cfg.peft is not None and cfg.distributed.tp_size > 1 and not CAPABILITIES.get("tp_with_lora"):
         problems.append(Problem("distributed.tp_size", "LoRA runs with data parallel only here", "set tp_size: 1"))
     return problems
