@@ -97,7 +97,7 @@ def declared_moe_layers(model: Any) -> Optional[int]:
     layers = declared_value(model, "num_hidden_layers")[1]
     if not isinstance(layers, int):
         return None
-    dense_first = declared_value(model, "first_k_dense_replace")[1] or 0
+    dense_first = declared_value(model, "first_k_dense_replace")[1] or declared_value(model, "first_k_dense")[1] or 0
     mlp_only = declared_value(model, "mlp_only_layers")[1] or []
     step = declared_value(model, "decoder_sparse_step")[1] or 1
     return sum(1 for i in range(layers) if i >= dense_first and i not in mlp_only and (i + 1) % step == 0)
