@@ -112,3 +112,24 @@ def test_bias_update_balances_a_skewed_router() -> None:
     first = cv()
     later = [cv() for _ in range(40)][-10:]  # one step's load is noisy: the mean of the last ten
     assert sum(later) / len(later) < first / 2
+
+
+def test_saved_checkpoint_holds_the_updated_bias_and_transformers_loads_it(tmp_path: Path) -> None:
+    import transformers
+
+    from trainer.components.hf_io import save_hf_model
+    from trainer.distributed.parallelize import full_state_dict
+
+    model = CausalLM(DecoderConfig.from_hf(DEEPSEEK)).train()
+    for param in model.parameters():
+        torch.nn.init.normal_(param, 0.0, 0.2)
+    for _ in range(2):
+        model(IDS).sum().backward()
+        update_expert_bias(model)
+    trained = {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("e_score_correction_bias")}
+    save_hf_model(full_state_dict(model), model.config, tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    for name, bias in trained.items():
+        assert bias.abs().max() > 0 and torch.equal(hf.get_buffer(name), bias)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(IDS).logits, model.eval()(IDS), atol=1e-5, rtol=1e-5)

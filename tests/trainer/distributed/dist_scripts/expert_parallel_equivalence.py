@@ -106,8 +106,8 @@ def run_case(case: str, config_dir: Path, out: Path) -> None:
               for kind in ("self_attn.q_proj.weight", "experts.gate_proj", "shared_expert.gate_proj")
               if any(kind in n for n, _ in model.named_parameters())}
     if rank == 0:
-        ref_losses, ref_aux, ref_loads, ref_grads, ref_final, ref_bias = train(build_causal_lm(path, device="cpu", seed=SEED),
-                                                                     data, chunked=chunked)
+        reference = build_causal_lm(path, device="cpu", seed=SEED)
+        ref_losses, ref_aux, ref_loads, ref_grads, ref_final, ref_bias = train(reference, data, chunked=chunked)
         result = {"losses": losses, "reference_losses": ref_losses, "aux": aux, "reference_aux": ref_aux,
                   "loads": loads, "reference_loads": ref_loads, "init_diff": init_diff,
                   "grad_diff": max_diff(grads, ref_grads), "weight_diff": max_diff(final, ref_final),
