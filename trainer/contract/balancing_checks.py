@@ -37,13 +37,22 @@ def megatron_coefficient_factor(moe_layers: int, top_k: int) -> float:
     return moe_layers / top_k
 
 
-def aux_loss_coefficient(cfg: Any, moe_layers: int, top_k: int) -> Optional[float]:
+def family_load_balancing(model_type: Optional[str]) -> str:
+    """The loss a family trains with when the config does not say (trainer/models/moe_config.py read_moe)."""
+    return "seq_aux_loss" if model_type == "deepseek_v3" else "aux_loss"
+
+
+def converts_megatron_coefficient(cfg: Any, load_balancing_type: str) -> bool:
+    """A Megatron Bridge config's `moe_aux_loss_coeff` for the Switch loss: Megatron's normalisation."""
+    return (cfg.model.moe_aux_loss_coeff is not None and bridge_version(cfg) is not None
+            and load_balancing_type == "aux_loss")
+
+
+def aux_loss_coefficient(cfg: Any, moe_layers: int, top_k: int, load_balancing_type: str) -> Optional[float]:
     """`model.moe_aux_loss_coeff` in transformers' normalisation (converted from Megatron's for a Megatron
     Bridge config using the Switch loss), or None when the config leaves the family's own."""
     coeff = cfg.model.moe_aux_loss_coeff
-    if coeff is None:
-        return None
-    if bridge_version(cfg) is not None and cfg.model.moe_router_load_balancing_type in (None, "aux_loss"):
+    if coeff is not None and converts_megatron_coefficient(cfg, load_balancing_type):
         return coeff * megatron_coefficient_factor(moe_layers, top_k)
     return coeff
 
@@ -74,7 +83,7 @@ def balancing_problems(cfg: Any) -> list[tuple[str, str, str, bool]]:
         key, _, rest = str(exc).partition(": ")
         why, _, fix = rest.partition("; ")
         problems.append((key, why, fix, False))
-    if aux_loss_coefficient(cfg, 1, 1) != model.moe_aux_loss_coeff:
+    if converts_megatron_coefficient(cfg, model.moe_router_load_balancing_type or family_load_balancing(model_type)):
         problems.append(("model.moe_aux_loss_coeff", _conversion_note(cfg),
                          "nothing to do if that is meant; to give transformers' coefficient itself, set "
                          "router_aux_loss_coef in the model's config.json and remove moe_aux_loss_coeff", True))

@@ -123,13 +123,14 @@ def configure_balancing(model: nn.Module, cfg: RecipeConfig) -> None:
     if not layers or moe is None:
         return
     check_expert_bias(model.config.model_type, section.moe_router_enable_expert_bias)
-    coefficient = aux_loss_coefficient(cfg, len(layers), moe.top_k)
+    balancing = section.moe_router_load_balancing_type or moe.load_balancing_type
+    coefficient = aux_loss_coefficient(cfg, len(layers), moe.top_k, balancing)
     rate = 0.0
     if moe.score_correction_bias and section.moe_router_enable_expert_bias is not False:
         given = section.moe_router_bias_update_rate
         rate = given if given is not None else (moe.bias_update_rate or DEEPSEEK_BIAS_UPDATE_RATE)
     moe = dataclasses.replace(
-        moe, load_balancing_type=section.moe_router_load_balancing_type or moe.load_balancing_type,
+        moe, load_balancing_type=balancing,
         router_aux_loss_coef=moe.router_aux_loss_coef if coefficient is None else coefficient, bias_update_rate=rate)
     model.config.moe = moe
     for layer in layers:

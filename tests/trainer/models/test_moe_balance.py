@@ -133,3 +133,20 @@ def test_saved_checkpoint_holds_the_updated_bias_and_transformers_loads_it(tmp_p
         assert bias.abs().max() > 0 and torch.equal(hf.get_buffer(name), bias)
     with torch.no_grad():
         torch.testing.assert_close(hf(IDS).logits, model.eval()(IDS), atol=1e-5, rtol=1e-5)
+
+
+def test_balance_benchmark_smoke_runs_both_arms(tmp_path: Path) -> None:
+    """benchmarks/moe_balance.py --smoke: the same model and data with and without the bias update."""
+    import importlib.util
+    import json
+
+    from tests.paths import REPO
+
+    spec = importlib.util.spec_from_file_location("moe_balance", REPO / "benchmarks" / "moe_balance.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--smoke", "--json", str(tmp_path / "out.json")]) == 0
+    rows = json.loads((tmp_path / "out.json").read_text())["rows"]
+    without, with_update = sorted(rows, key=lambda r: r["bias_update"])
+    assert without["start_cv"] == with_update["start_cv"]  # one init, one held-out set
+    assert without["bias_abs_max"] == 0.0 and with_update["bias_abs_max"] > 0.0
