@@ -68,12 +68,12 @@ def load_cv(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
     return sum(cvs) / len(cvs)
 
 
-def train(seed: int, steps: int, bias_update: bool) -> dict:
+def train(seed: int, steps: int, bias_update: bool, rate: float | None = None) -> dict:
     torch.manual_seed(seed)
     model = build_causal_lm(MODEL, seed=seed).train()
     layers = moe_layers(model)
     for layer in layers:
-        layer.bias_update_rate = layer.bias_update_rate if bias_update else 0.0
+        layer.bias_update_rate = (rate or layer.bias_update_rate) if bias_update else 0.0
     corpus = SkewedCorpus(model.config.vocab_size, seed)
     heldout = [corpus.batch(torch.Generator().manual_seed(10_000 + seed * 100 + i)) for i in range(HELDOUT_BATCHES)]
     data = torch.Generator().manual_seed(seed)
@@ -100,14 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rate", type=float, help="bias update rate (default: the card's, DeepSeek-V3's 1e-3)")
     parser.add_argument("--smoke", action="store_true", help="6 steps, one seed")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     steps, seeds = (6, [0]) if args.smoke else (args.steps, args.seeds)
     torch.set_num_threads(1)
     started = time.perf_counter()
-    rows = [train(seed, steps, bias_update) for seed in seeds for bias_update in (False, True)]
-    print(f"{MODEL}, {steps} steps of {BATCH} x {SEQ_LEN} tokens, held-out CV of the expert load (mean over layers)")
+    rows = [train(seed, steps, bias_update, args.rate) for seed in seeds for bias_update in (False, True)]
+    print(f"{MODEL}, {steps} steps of {BATCH} x {SEQ_LEN} tokens, bias update rate {args.rate or 'of the card'}; "
+          "held-out CV of the expert load (mean over layers)")
     print("| seed | CV at init | CV without bias update | CV with bias update | ratio | loss without / with |")
     print("|---|---|---|---|---|---|")
     ratios = []
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{ratio:.2f} | {without['final_loss']:.3f} / {with_update['final_loss']:.3f} |")
     print(f"worst ratio {max(ratios):.2f} (target <= 0.5); {time.perf_counter() - started:.0f} s")
     if args.json:
-        args.json.write_text(json.dumps({"steps": steps, "rows": rows, "ratios": ratios}, indent=2))
+        args.json.write_text(json.dumps({"steps": steps, "rate": args.rate, "rows": rows, "ratios": ratios}, indent=2))
     return 0
 
 
