@@ -9,7 +9,9 @@ The corpus: token ids drawn from a Zipf law (exponent 1.1) over the vocabulary, 
 "topics" (a fixed random permutation of the ids), so a few ids and topics dominate and a router with nothing to
 balance it sends most tokens to few experts.
 
-    .venv/bin/python benchmarks/moe_balance.py [--steps 300] [--seeds 0 1 2] [--smoke] [--json out.json]
+    .venv/bin/python benchmarks/moe_balance.py [--steps 300] [--seeds 0 1 2] [--rate R] [--smoke] [--json out.json]
+
+Figures in benchmarks/README.md ("MoE load balancing"). `--rate` sets the bias update rate of the run with it.
 
 `--smoke` runs 6 steps and one seed (the test suite's check that the script runs).
 """
