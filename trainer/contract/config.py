@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainer.contract.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS
+from trainer.contract.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS, LOAD_BALANCING_TYPES
 
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
@@ -122,6 +122,12 @@ class ModelSection(_Target):
     # builder reads (attn_implementation, load_weights) stay its kwargs: a custom `_target_` may differ.
     kernels: Optional[Literal[KERNEL_SETTINGS]] = None
     dtype: Annotated[Optional[Literal[tuple(DTYPES)]], BeforeValidator(_without_torch_prefix)] = None
+    # MoE load balancing in Megatron's names (trainer/contract/balancing_checks.py; None: the family's own, as
+    # its config.json says): the loss type, its coefficient, DeepSeek-V3's aux-loss-free bias update and its rate.
+    moe_router_load_balancing_type: Optional[Literal[LOAD_BALANCING_TYPES]] = None
+    moe_aux_loss_coeff: Optional[float] = Field(strict=True, default=None, ge=0, allow_inf_nan=False)
+    moe_router_enable_expert_bias: Optional[bool] = Field(strict=True, default=None)
+    moe_router_bias_update_rate: Optional[float] = Field(strict=True, default=None, ge=0, allow_inf_nan=False)
 
     def kwargs(self) -> dict[str, Any]:
         typed = {name: getattr(self, name) for name in ("kernels", "dtype") if name in self.model_fields_set}
