@@ -126,11 +126,10 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                     ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
                     micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
-    # A layout string in our spelling, or in Megatron's own under `model:` (what RA-L019's fix names).
-    layout_string = d.pipeline_layout or (cfg.model.model_extra or {}).get("pipeline_model_parallel_layout")
-    extra = {"pipeline_layout": layout_string} if layout_string else {}
+    model_keys = cfg.model.model_extra or {}
+    extra = _pipeline_layout_facts(d.pipeline_layout, model_keys)
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
-    split = {k: v for k, v in (cfg.model.model_extra or {}).items() if k in PIPELINE_SPLIT_KEYS}
+    split = {k: v for k, v in model_keys.items() if k in PIPELINE_SPLIT_KEYS}
     if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
         extra["pipeline_split"] = split
     if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
@@ -145,6 +144,23 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                  gpus_per_node=gpus_per_node, global_batch_size=cfg.step_scheduler.global_batch_size,
                  seq_length=cfg.seq_length, model_seq_length=cfg.model.seq_length, precision=cfg.precision,
                  mode=mode, strategy=d.strategy, peft=cfg.peft is not None, extra=extra)
+
+
+def _pipeline_layout_facts(ours: Optional[str], model_keys: dict) -> dict:
+    """A layout in our spelling (distributed.pipeline_layout) or in Megatron's own under `model:` (what RA-L019's
+    fix names, a string or Megatron's list form), with the key it was written under, and the model config's
+    mtp_num_layers (Megatron's; the layout must place that many mtp layers)."""
+    extra = {}
+    theirs = model_keys.get("pipeline_model_parallel_layout")
+    if theirs not in (None, "", []):
+        extra.update(pipeline_layout=theirs, pipeline_layout_key="model.pipeline_model_parallel_layout")
+    elif ours:
+        extra.update(pipeline_layout=ours, pipeline_layout_key="distributed.pipeline_layout")
+    # Not written: the model provider's own (Bridge reads DeepSeek-V3's from its HF config), unknown here.
+    mtp = model_keys.get("mtp_num_layers", False)
+    if mtp is None or (isinstance(mtp, int) and not isinstance(mtp, bool)):
+        extra["mtp_num_layers"] = mtp or 0  # Megatron: None places no mtp layer
+    return extra
 
 
 def _fused_loss(cfg: RecipeConfig) -> bool:

@@ -12,13 +12,8 @@ from typing import Optional
 
 from service.estimate.constants import LONG_CONTEXT
 from service.facts import Facts
-from service.layouts.arithmetic import divisors, megatron_split, sequence_parallel_splits, split_problem
-from service.layouts.bridge_tables import (
-    PIPELINE_LAYOUT_TABLES,
-    megatron_fsdp_with_pp,
-    needs_unwritten_layout,
-    pipeline_pair_refused,
-)
+from service.layouts.arithmetic import divisors, sequence_parallel_splits
+from service.layouts.bridge_tables import megatron_fsdp_with_pp
 from service.validate.rules.registry import Violation, layout_rule
 from service.validate.rules.sizes import bundled, cp_sizes, larger_tp, tp_domain
 
@@ -155,50 +150,6 @@ def vp_needs_pp(f: Facts) -> Optional[Violation]:
     return None
 
 
-@layout_rule("RA-L011", "error", "distributed.pp_size", "decoder layers split over PP*VP stages",
-             "mcore transformer_config pipeline split rules (3b)")
-def layers_split_over_stages(f: Facts) -> Optional[Violation]:
-    lay = f.layout
-    if f.model is None or lay.pp == 1:
-        return None
-    if f.extra.get("pipeline_layout"):
-        if f.extra.get("pipeline_split"):
-            return Violation(f"a pipeline layout string places the layers, and Megatron refuses "
-                             f"{', '.join(f.extra['pipeline_split'])} together with one",
-                             "remove those keys from model:")
-        return None
-    layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
-    placed = (lay.pp, lay.vp_or_1) in PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
-    if placed and f.extra.get("pipeline_split"):  # the builder writes a layout string; Megatron takes not both
-        return Violation(f"the Bridge recipe of {f.model.id} places PP={lay.pp} x VP={lay.vp_or_1} with a layout "
-                         f"string, and Megatron refuses {', '.join(f.extra['pipeline_split'])} together with one",
-                         "remove those keys from model:")
-    if placed:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
-        return None
-    if f.extra.get("pipeline_split"):
-        problem = split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
-        return None if problem is None else Violation(
-            f"the model config's pipeline split does not place {layers} decoder layers on PP={lay.pp} x VP="
-            f"{lay.vp_or_1}: {problem}",
-            "remove those keys from model: (the layers divide evenly)" if layers % stages == 0 else
-            f"use {megatron_split(layers, lay.pp, lay.vp_or_1) or 'another PP x VP'} under model:")
-    if layers % stages == 0:
-        return None
-    split = megatron_split(layers, lay.pp, lay.vp_or_1)
-    if split is None:
-        ok = [d for d in divisors(layers) if d <= 64]
-        pairs = table_pairs(f)
-        return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
-                         f"{lay.vp_or_1} stages in any way Megatron accepts",
-                         (f"use a (pp_size, vp_size) pair its Bridge recipe places: {pairs}, or " if pairs else "")
-                         + f"choose PP*VP among the divisors of {layers}: {ok}, or give "
-                         "model.pipeline_model_parallel_layout (a Bridge layout string)")
-    return Violation(f"{layers} decoder layers do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
-                     f"{stages} stages; Megatron needs an explicit uneven split",
-                     f"set {split} under `model:` (Megatron's model config), or pick PP*VP dividing {layers}",
-                     severity="warning")
-
-
 @layout_rule("RA-L012", "warning", "distributed.sequence_parallel", "EP with TP needs SP",
              "mcore model_parallel_config: EP > 1 and TP > 1 with SP off warns (3a)")
 def ep_tp_needs_sp(f: Facts) -> Optional[Violation]:
@@ -287,38 +238,6 @@ def _long_context_steps(f: Facts) -> list[str]:
         steps.append(f"run on a GPU count divisible by TP*PP*CP = {mp} and set distributed.cp_size: 2"
                      + (f" (seq_length {f.seq_length} must divide by 4)" if f.seq_length % 4 else ""))
     return steps
-
-
-def table_pairs(f: Facts) -> list[tuple[int, int]]:
-    """The (PP, VP) pairs > 1 of the model's Bridge layout table that this world holds with the layout's
-    TP, CP, EP and ETP (what RA-L011 and RA-L019 offer)."""
-    lay, world = f.layout, f.world_size
-    return [(pp, vp) for pp, vp in sorted(PIPELINE_LAYOUT_TABLES.get(f.model.id, ())) if pp > 1 and (
-        not world or (world % (lay.tp * pp * lay.cp) == 0 and world % (pp * lay.ep * lay.etp) == 0))]
-
-
-# A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as
-# NVIDIA's performance recipes do (DeepSeek-V3 PP 2 x VP 8, Kimi K2 PP 16); the library recipe that
-# `run_recipe.py --recipe` builds does not.
-@layout_rule("RA-L019", "warning", "distributed.pp_size", "(PP, VP) from the recipe's layout table",
-             "Bridge library layout builders: a fixed (PP, VP) table, ValueError or an unset layout outside it (3g)")
-def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
-    lay = f.layout
-    if f.model is None or bundled(f) or f.extra.get("recipe_kind") == "benchmark":
-        return None  # a performance recipe writes its own layout string (Megatron Bridge's recipes: layout_set)
-    layers, pair = f.model.num_hidden_layers, (lay.pp, lay.vp_or_1)
-    if not needs_unwritten_layout(f.model.id, layers, *pair):
-        return None
-    table = table_pairs(f)
-    if pipeline_pair_refused(f.model.id, *pair):
-        outcome = "raises ValueError for any other, so `run_recipe.py --recipe` fails at start-up"
-    else:
-        outcome = (f"leaves the layout unset for any other, and {layers} decoder layers do not split evenly over "
-                   f"PP x VP = {lay.pp * lay.vp_or_1} stages without one")
-    return Violation(f"pp_size={lay.pp} with vp_size={lay.vp_or_1}: Megatron Bridge's {f.model.id} library recipe "
-                     f"builds its pipeline layout from a fixed table of (PP, VP) pairs and {outcome}",
-                     f"use a (pp_size, vp_size) pair from {table} or pp_size: 1, or give Bridge "
-                     "model.pipeline_model_parallel_layout (a layout string) yourself")
 
 
 # Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open

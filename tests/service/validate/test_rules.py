@@ -181,13 +181,14 @@ def test_duplicate_key_rule_points_at_the_second_key(models):
     assert [(f.code, f.line) for f in report.findings] == [("RA-C003", text.count("\n"))]
 
 
-def test_megatron_split_warning_names_the_split(models):
+def test_megatron_split_error_names_the_split(models):
     config = base(models["l30"])
     set_dotted(config, "distributed.pp_size", 4)
     set_dotted(config, "distributed.vp_size", 2)
     findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
-    assert [(f.code, f.severity) for f in findings] == [("RA-L011", "warning")]
+    assert [(f.code, f.severity) for f in findings] == [("RA-L011", "error")]
     assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
+    assert findings[0].key == "model.account_for_embedding_in_pipeline_split"
 
 
 def test_target_outside_allow_list_is_never_imported(models, monkeypatch):
