@@ -16,6 +16,7 @@ from service.validate.document import (
     BadArgument,
     FileReport,
     check_hardware_argument,
+    config_json_resolver,
     expand_paths,
     unusable_finding,
     validate_file,
@@ -40,6 +41,12 @@ def add_parser(subparsers, name: str) -> None:
                    help="auto: tell each file's dialect from it (default); recipe-advisor: this product's configs; "
                         "automodel: NeMo AutoModel recipes (judged at --gpus/--nodes, else the GPUs their header "
                         "names, else 8)")
+    p.add_argument("--bridge-version", help="the Megatron Bridge release (0.5.1) or checkout date (2026-07-01) whose "
+                                            "defaults to assume, over the file's metadata.bridge_version (an unset "
+                                            "etp_size means TP before v0.6.0, 1 from it)")
+    p.add_argument("--model-config", metavar="CONFIG_JSON",
+                   help="read the model's architecture from this config.json (file or folder), offline, whatever "
+                        "name the config gives its model: for a model the index has no card for")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=run)
@@ -108,6 +115,29 @@ def format_sarif(reports: list[FileReport]) -> dict:
             "runs": [{"tool": {"driver": {"name": "recipe-advisor", "rules": rules}}, "results": results}]}
 
 
+def check_model_config(path: Optional[str]) -> None:
+    from recipe_index.models import resolve_model
+
+    if path is None:
+        return
+    if not Path(path).exists():
+        raise BadArgument(f"--model-config {path}: no such file or folder (give a config.json or its folder)")
+    try:
+        resolve_model(path)
+    except (LookupError, ValueError, OSError) as err:
+        raise BadArgument(f"--model-config {path}: {err}") from None
+
+
+def check_bridge_version(version: Optional[str]) -> None:
+    from trainer.contract.bridge_version import parse_bridge_version
+
+    if version is not None:
+        try:
+            parse_bridge_version(version)
+        except ValueError as err:
+            raise BadArgument(f"--bridge-version: {err}") from None
+
+
 def check_counts(gpus: Optional[int], nodes: Optional[int]) -> None:
     """--gpus and --nodes within 1 and the bounds plan, recommend and the API share (service.request.LIMITS);
     BadArgument naming the flag otherwise."""
@@ -168,11 +198,16 @@ def run(args) -> int:
     try:
         check_hardware_argument(args.gpu_type)
         check_counts(args.gpus, args.nodes)
+        check_bridge_version(args.bridge_version)
+        check_model_config(args.model_config)
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
     files, missing, empty = expand_paths(p for p in args.paths if p != STDIN)
-    flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect}
+    flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect,
+             "bridge_version": args.bridge_version}
+    if args.model_config:
+        flags["resolve_model"] = config_json_resolver(args.model_config)
     reports = [validate_stdin(**flags)] if STDIN in args.paths else []
     reports += [validate_file(path, **flags) for path in files]
     # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied

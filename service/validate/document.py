@@ -22,6 +22,7 @@ from service.layouts.arithmetic import PIPELINE_SPLIT_KEYS
 from service.validate.automodel.dialect import AUTO, AUTOMODEL, detect
 from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
+from service.validate.readings import layout_findings_by_reading
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
@@ -172,12 +173,36 @@ def _fused_loss(cfg: RecipeConfig) -> bool:
         chunked == "auto" and adapts_lm_head(cfg))
 
 
+def config_json_resolver(path: str) -> ModelResolver:
+    """A model resolver that reads the architecture from this config.json (a file, or a folder holding one),
+    offline, whatever name the config gives its model: for a model the index has no card for yet."""
+    def resolve(name: str) -> ModelCard:
+        from recipe_index.models import resolve_model
+
+        card = resolve_model(path)
+        return card.model_copy(update={"id": name or card.id})
+
+    return resolve
+
+
+def _model_config_path(doc: Document, cfg: RecipeConfig) -> Optional[str]:
+    """``model.config``: a config.json path next to the model's name, relative to the file's folder."""
+    written = (cfg.model.model_extra or {}).get("config")
+    if not isinstance(written, str) or not written.strip():
+        return None
+    return str(Path(doc.path).parent / written) if doc.path and not doc.path.startswith("<") else written
+
+
 def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> ConfigView:
+    """``resolve_model``: where model names resolve (None: the index, a local config.json, the Hub cache; then a
+    `model.config` path in the file is read too; the HTTP service passes one that reads no local path)."""
     view = ConfigView(doc=doc)
     view.config = cfg = _schema(view, doc.data)
     if cfg is None:
         return view
+    if resolve_model is None and _model_config_path(doc, cfg):
+        resolve_model = config_json_resolver(_model_config_path(doc, cfg))
     model, view.model_error, view.model_unknown = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
     hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
     if gpus is not None:
@@ -194,10 +219,12 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                       nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                      dialect: Optional[str] = None, text: str = "") -> list[Finding]:
+                      dialect: Optional[str] = None, text: str = "", bridge_version: Optional[str] = None
+                      ) -> list[Finding]:
     """Every finding on one config. ``dialect``: ``recipe-advisor``, ``automodel`` (NeMo AutoModel's recipes,
     service/validate/automodel), or None/``auto`` to tell from the file; ``text``: the file's text, whose
-    comment header an AutoModel recipe states its GPU count in."""
+    comment header an AutoModel recipe states its GPU count in; ``bridge_version``: the Megatron Bridge release
+    whose defaults to assume (else the config's ``metadata.bridge_version``; service/validate/readings.py)."""
     findings: list[Finding] = []
     deferred_fixes: dict[int, Callable[[], str]] = {}
     if (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
@@ -207,8 +234,10 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
         for rule in CONFIG_RULES:
             findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
         if view.facts is not None:
-            for rule in LAYOUT_RULES:
-                findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
+            def run(facts: Facts) -> list[Finding]:
+                return [found for rule in LAYOUT_RULES for found in _emit(rule, rule.check(facts), doc, deferred_fixes)]
+
+            findings.extend(layout_findings_by_reading(view, bridge_version, run, doc.position))
         _mark_known_issues(findings, view)
     if any(f.code == "RA-M001" for f in findings):
         # weights alone do not fit: the whole-memory estimate would only repeat it
@@ -266,14 +295,15 @@ def unusable_finding(err: YamlError) -> Finding:
 
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                   nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                  dialect: Optional[str] = None) -> FileReport:
+                  dialect: Optional[str] = None, bridge_version: Optional[str] = None) -> FileReport:
     """Validate one document. Raises YamlError when it is not a usable config at all.
 
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
     the HTTP service passes one that never reads local paths or the network for a client.
     """
     doc = load_yaml(text, path)
-    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text))
+    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text,
+                                                            bridge_version))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:

@@ -100,9 +100,17 @@ def world_divisible_by_model_parallel(f: Facts) -> Optional[Violation]:
     mp = lay.tp * lay.pp * lay.cp
     if f.world_size % mp == 0:
         return None
-    return Violation(f"world size {f.world_size} is not divisible by TP*PP*CP = {lay.tp}*{lay.pp}*{lay.cp} = {mp}",
-                     f"use a GPU count that is a multiple of {mp}, or change TP/PP/CP so their product divides "
-                     f"{f.world_size}")
+    message = f"world size {f.world_size} is not divisible by TP*PP*CP = {lay.tp}*{lay.pp}*{lay.cp} = {mp}"
+    # One size alone breaks it (the others divide the world): the finding names that key.
+    alone = [(k, v) for k, v in (("tp_size", lay.tp), ("pp_size", lay.pp), ("cp_size", lay.cp))
+             if v > 1 and f.world_size % (mp // v) == 0]
+    if len(alone) == 1:
+        key, size = alone[0]
+        room = f.world_size // (mp // size)
+        return Violation(message, f"set distributed.{key} to a divisor of {room}: {divisors(room)}, or use a GPU "
+                                  f"count that is a multiple of {mp}", key=f"distributed.{key}")
+    return Violation(message, f"use a GPU count that is a multiple of {mp}, or change TP/PP/CP so their product "
+                              f"divides {f.world_size}")
 
 
 @layout_rule("RA-L007", "error", "distributed.ep_size", "world divisible by PP*EP*ETP (expert mesh fits)",
@@ -113,9 +121,14 @@ def expert_mesh_fits(f: Facts) -> Optional[Violation]:
     if f.world_size % mesh == 0 or (lay.ep == 1 and lay.etp == lay.tp):
         return None  # without experts the expert mesh is TP*PP, already judged by RA-L006
     need = lay.pp * lcm(lay.tp * lay.cp, lay.ep * lay.etp)
-    return Violation(f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = "
-                     f"{mesh}; the smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}",
-                     f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
+    message = (f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = {mesh}; the "
+               f"smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}")
+    if lay.etp > 1 and f.world_size % (lay.pp * lay.ep) == 0:  # EP fits the world: ETP is what breaks the mesh
+        room = f.world_size // (lay.pp * lay.ep)
+        return Violation(message, f"set distributed.etp_size to a divisor of {room} (world / (PP*EP)): "
+                                  f"{[d for d in divisors(room) if d <= lay.etp]}, or run on a multiple of {need} GPUs",
+                         key="distributed.etp_size")
+    return Violation(message, f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
 
 
 @layout_rule("RA-L008", "error", "distributed.ep_size", "experts divisible by EP",
@@ -262,6 +275,11 @@ def global_batch_divides(f: Facts) -> Optional[Violation]:
     if gbs is None or dp == 0 or gbs % (mbs * dp) == 0:
         return None
     unit = mbs * dp
+    if mbs > 1 and gbs % dp == 0:  # DP divides the batch: the micro batch is what does not
+        per_rank = gbs // dp
+        return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",
+                         f"set step_scheduler.local_batch_size to a divisor of {per_rank} (global batch / DP): "
+                         f"{[d for d in divisors(per_rank) if d <= mbs]}", key="step_scheduler.local_batch_size")
     lower, upper = (gbs // unit) * unit, (gbs // unit + 1) * unit
     near = [b for b in (lower, upper) if b > 0]
     return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",

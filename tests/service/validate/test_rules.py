@@ -82,7 +82,7 @@ CASES = [
     ("RA-L005", "dense", {"distributed.sequence_parallel": False}),
     ("RA-L006", "dense", {"distributed.tp_size": 4, "hardware.gpus_per_node": 6}),
     ("RA-L007", "moe", {"distributed.ep_size": 16}),
-    ("RA-L008", "moe60", {"distributed.ep_size": 8}),
+    ("RA-L008", "moe60", {"distributed.ep_size": 8, "distributed.etp_size": 1}),
     ("RA-L009", "dense", {"distributed.ep_size": 2}),
     ("RA-L010", "dense", {"distributed.vp_size": 2}),
     ("RA-L011", "l21", {"distributed.pp_size": 4, "distributed.vp_size": 2}),
@@ -148,8 +148,11 @@ CASES = [
 
 def test_base_config_is_clean(models):
     assert codes(base(models["dense"])) == []
-    assert codes(base(models["moe"]) | {"distributed": {"strategy": "megatron", "tp_size": 2, "ep_size": 8,
-                                                       "sequence_parallel": True}}) == []
+    moe = {"strategy": "megatron", "tp_size": 2, "ep_size": 8, "sequence_parallel": True}
+    assert codes(base(models["moe"]) | {"distributed": moe | {"etp_size": 1}}) == []
+    # etp_size unset: Megatron Bridge before v0.6.0 reads it as TP (a 16-GPU expert mesh on 8): a warning
+    assert codes(base(models["moe"]) | {"distributed": moe}) == ["RA-L007"]
+    assert codes(base(models["moe"]) | {"distributed": moe, "metadata": {"bridge_version": "0.6.0"}}) == []
 
 
 @pytest.mark.parametrize("code, model, changes", CASES, ids=[c[0] for c in CASES])
