@@ -227,7 +227,13 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
     whose defaults to assume (else the config's ``metadata.bridge_version``; service/validate/readings.py)."""
     findings: list[Finding] = []
     deferred_fixes: dict[int, Callable[[], str]] = {}
-    if (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
+    from service.validate.megatron.dialect import BRIDGE, detect_megatron
+
+    if dialect == BRIDGE or (dialect in (None, AUTO) and detect_megatron(doc.data) == BRIDGE):
+        from service.validate.megatron.validate import bridge_findings
+
+        findings = bridge_findings(doc, gpus=gpus, gpu_type=gpu_type, nodes=nodes, bridge_version=bridge_version)
+    elif (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
         findings = automodel_findings(doc, text, deferred_fixes, gpus, gpu_type, nodes, resolve_model)
     else:
         view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
@@ -301,6 +307,14 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
     the HTTP service passes one that never reads local paths or the network for a client.
     """
+    from service.validate.megatron.dialect import MEGATRON_LM, looks_like_megatron_lm
+
+    if dialect == MEGATRON_LM or (dialect in (None, AUTO) and looks_like_megatron_lm(text, path)):
+        from service.validate.megatron.validate import megatron_lm_findings
+
+        findings = megatron_lm_findings(text, path, gpus=gpus, gpu_type=gpu_type, nodes=nodes,
+                                        bridge_version=bridge_version)
+        return FileReport(path=path, findings=findings)
     doc = load_yaml(text, path)
     return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text,
                                                             bridge_version))

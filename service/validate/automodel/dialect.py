@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from service.validate.megatron.dialect import BRIDGE, MEGATRON_LM  # the Megatron dialects validate reads too
+
 NATIVE = "recipe-advisor"
 AUTOMODEL = "automodel"
 AUTO = "auto"
-DIALECTS = (AUTO, NATIVE, AUTOMODEL)
+DIALECTS = (AUTO, NATIVE, AUTOMODEL, BRIDGE, MEGATRON_LM)
 AUTOMODEL_PACKAGE = "nemo_automodel."
 
 # A recipe's header says how to run it (`automodel FILE --nproc-per-node 8`, `torchrun --nproc-per-node=8 ...`).
