@@ -22,6 +22,7 @@ from service.validate.document import (
     validate_file,
     validate_text,
 )
+from service.validate.suppress import apply_baseline, apply_ignore, read_baseline, write_baseline
 from trainer.contract.text import one_line
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
@@ -47,6 +48,12 @@ def add_parser(subparsers, name: str) -> None:
     p.add_argument("--model-config", metavar="CONFIG_JSON",
                    help="read the model's architecture from this config.json (file or folder), offline, whatever "
                         "name the config gives its model: for a model the index has no card for")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODE",
+                   help="accept every finding of this code (repeatable, or comma-separated); inline, on a finding's "
+                        "line: `# recipe-advisor: ignore[RA-L011] <reason>`")
+    p.add_argument("--baseline", metavar="FILE", help="accept the findings recorded in this baseline file; fail "
+                                                      "only on new ones")
+    p.add_argument("--write-baseline", metavar="FILE", help="record today's errors and warnings in FILE and exit 0")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=run)
@@ -72,6 +79,8 @@ def format_text(reports: list[FileReport]) -> str:
     lines = []
     for report in reports:
         for f in report.findings:
+            if f.suppressed:
+                continue
             where = f"{report.path}:{f.line or 1}:{f.column or 1}"
             fix = f" (fix: {f.fix})" if f.fix else ""
             lines.append(one_line(f"{where}: {f.code} {f.severity}: {f.message}{fix}"))
@@ -90,6 +99,8 @@ def format_github(reports: list[FileReport]) -> str:
     lines = []
     for report in reports:
         for f in report.findings:
+            if f.suppressed:
+                continue
             props = f"file={_escape_gh(report.path, True)},line={f.line or 1},col={f.column or 1}," \
                     f"title={_escape_gh(f.code, True)}"
             text = f.message + (f" (fix: {f.fix})" if f.fix else "")
@@ -110,9 +121,18 @@ def format_sarif(reports: list[FileReport]) -> dict:
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": _uri(report.path)},
                     "region": {"startLine": f.line or 1, "startColumn": f.column or 1}}}],
-            })
+            } | ({"suppressions": [f.suppressed]} if f.suppressed else {}))
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "recipe-advisor", "rules": rules}}, "results": results}]}
+
+
+def _read_baseline(path: Optional[str]) -> set[str]:
+    if path is None:
+        return set()
+    try:
+        return read_baseline(path)
+    except ValueError as err:
+        raise BadArgument(str(err)) from None
 
 
 def check_model_config(path: Optional[str]) -> None:
@@ -200,6 +220,7 @@ def run(args) -> int:
         check_counts(args.gpus, args.nodes)
         check_bridge_version(args.bridge_version)
         check_model_config(args.model_config)
+        baseline = _read_baseline(args.baseline)
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -218,6 +239,13 @@ def run(args) -> int:
                                   for p, hidden in empty.items()]):
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
             code="RA-F001", severity="error", message=message, fix=fix)]))
+    apply_ignore(reports, [code.strip() for codes in args.ignore for code in codes.split(",") if code.strip()])
+    if baseline:
+        apply_baseline(reports, baseline)
+    if args.write_baseline:
+        count = write_baseline(reports, args.write_baseline)
+        print(f"recipe-advisor validate: wrote {count} finding(s) to {args.write_baseline}", file=sys.stderr)
+        return EXIT_UNUSABLE if any(r.unusable for r in reports) else EXIT_OK
     if args.format == "json":
         print(json.dumps({"files": [r.to_dict() for r in reports], "summary": summary(reports)}, indent=2))
     elif args.format == "sarif":

@@ -16,6 +16,7 @@ from service.validate.rules import (  # noqa: F401  (they register)
     memory_fit,
     packing,
     pipeline,
+    pitfalls,
     precision,
     targets,
 )

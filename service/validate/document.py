@@ -24,6 +24,7 @@ from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
 from service.validate.readings import layout_findings_by_reading
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
+from service.validate.suppress import apply_inline
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
 from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head
@@ -42,11 +43,11 @@ class FileReport:
 
     @property
     def errors(self) -> int:
-        return sum(1 + f.not_listed for f in self.findings if f.severity == "error")
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "error" and not f.suppressed)
 
     @property
     def warnings(self) -> int:
-        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning")
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning" and not f.suppressed)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "findings": [f.to_dict() for f in self.findings]}
@@ -130,6 +131,7 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
     model_keys = cfg.model.model_extra or {}
     extra = _pipeline_layout_facts(d.pipeline_layout, model_keys)
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
+    extra["megatron"], extra["dataset"] = dict(model_keys), cfg.dataset.kwargs()  # Megatron's settings (pitfalls.py)
     split = {k: v for k, v in model_keys.items() if k in PIPELINE_SPLIT_KEYS}
     if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
         extra["pipeline_split"] = split
@@ -314,10 +316,10 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
 
         findings = megatron_lm_findings(text, path, gpus=gpus, gpu_type=gpu_type, nodes=nodes,
                                         bridge_version=bridge_version)
-        return FileReport(path=path, findings=findings)
+        return FileReport(path=path, findings=apply_inline(findings, text))
     doc = load_yaml(text, path)
-    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text,
-                                                            bridge_version))
+    return FileReport(path=path, findings=apply_inline(
+        validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text, bridge_version), text))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:

@@ -57,11 +57,17 @@ LM_ALIASES = {
     "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
     "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
     "num_experts": "num_moe_experts",
+    "te_rng_tracker": "use_te_rng_tracker",
     "fp8_format": "fp8",  # --fp8-format's destination is fp8, --fp4-format's fp4
     "fp4_format": "fp4",
 }
 # Where a Bridge ConfigContainer keeps each name (section.name); anything else is read from `model:`.
+# Megatron settings the pitfall rules read (service/validate/rules/pitfalls.py), kept under `model:`.
+MODEL_SETTINGS = ("cuda_graph_impl", "cuda_graph_scope", "use_te_rng_tracker", "cp_comm_type",
+                  "hierarchical_context_parallel_sizes", "overlap_grad_reduce")
+DATASET_SETTINGS = ("pad_to_max_length", "offline_packing_specs")
 BRIDGE_SECTIONS = {"micro_batch_size": "train", "global_batch_size": "train", "train_iters": "train",
+                   "overlap_grad_reduce": "ddp",
                    "lr": "optimizer", "use_distributed_optimizer": "ddp", "use_megatron_fsdp": "ddp",
                    "grad_reduce_in_fp32": "ddp"}
 BRIDGE_DATASET_LENGTH = "dataset.seq_length"  # Bridge asserts model.seq_length == dataset.seq_length
@@ -97,6 +103,9 @@ def read_bridge(doc: Document) -> dict[str, tuple[Any, int, str]]:
         if isinstance(node, dict) and name in node:
             out[name] = (node[name], doc.position(f"{section}.{name}")[0] or 0, f"{section}.{name}")
     dataset = doc.data.get("dataset")
+    for name in DATASET_SETTINGS:
+        if isinstance(dataset, dict) and name in dataset:
+            out[f"dataset.{name}"] = (dataset[name], doc.position(f"dataset.{name}")[0] or 0, f"dataset.{name}")
     if isinstance(dataset, dict) and dataset.get("seq_length") is not None:
         out["seq_length"] = (dataset["seq_length"], doc.position(BRIDGE_DATASET_LENGTH)[0] or 0, BRIDGE_DATASET_LENGTH)
     precision = doc.data.get("mixed_precision")
@@ -135,6 +144,12 @@ def translate(values: dict[str, tuple[Any, int, str]], dialect: str, gpus: Optio
         if name in values and values[name][0] is not None:
             value, line, written = values[name]
             put(key, value, line, written)
+    for name in MODEL_SETTINGS:
+        if name in values and values[name][0] is not None:
+            put(f"model.{name}", *values[name])
+    for name in DATASET_SETTINGS:
+        if f"dataset.{name}" in values:
+            put(f"dataset.{name}", *values[f"dataset.{name}"])
     if "recompute_granularity" in values and values["recompute_granularity"][0] in ("full", "selective"):
         value, line, written = values["recompute_granularity"]
         put("distributed.activation_checkpointing", value, line, written)

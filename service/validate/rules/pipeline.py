@@ -56,17 +56,17 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
         return None  # even, or the shipped Bridge recipe run at its own pipeline, whose function sets the split
     if bundled(f):  # the bundled trainer cuts its stages at Megatron's split itself (trainer/distributed/pipeline.py)
         return None if stage_layer_counts(layers, lay.pp, lay.vp_or_1) is not None else _no_split(f)
-    settings = megatron_split_settings(layers, lay.pp, lay.vp_or_1)
-    if settings is None:
+    if megatron_split_settings(layers, lay.pp, lay.vp_or_1) is None:
         return _no_split(f)
     message = (f"{layers} decoder layers of {f.model.id} do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
                f"{stages} stages and nothing places them otherwise: Megatron-Core asserts layers % PP == 0 (and each "
                "rank's layers % VP == 0) at start-up")
     fix = (f"set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model config), or pick "
            f"PP x VP dividing {layers}")
+    # The key is pp_size, the line the user wrote (the split settings the fix offers are not in the file yet).
     if f.extra.get("planner"):  # the config builder writes the split with the layout (config_build._place_layers)
         return Violation(message, fix, severity="warning")
-    return Violation(message, fix, key=f"model.{next(iter(settings))}")
+    return Violation(message, fix)
 
 
 def _split_key(split: dict) -> str:

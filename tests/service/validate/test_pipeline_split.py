@@ -58,7 +58,7 @@ def test_layers_that_do_not_divide_are_an_error_fixed_by_the_split_megatron_take
     """transformer_block.get_num_layers_to_build asserts layers % PP == 0 without a split: the run fails."""
     (error,) = split_findings("llama3-8b", 5, 1, nodes=5)
     assert error.severity == "error" and "under `model:`" in error.fix
-    assert error.key == "model.num_layers_in_first_pipeline_stage"
+    assert error.key == "distributed.pp_size"
     assert "num_layers_in_first_pipeline_stage=5 and num_layers_in_last_pipeline_stage=6" in error.fix
     right = "  num_layers_in_first_pipeline_stage: 5\n  num_layers_in_last_pipeline_stage: 6\n"
     assert split_findings("llama3-8b", 5, 1, nodes=5, model_keys=right) == []

@@ -141,6 +141,16 @@ CASES = [
                           "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 640},
                           "validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096,
                                                  "num_samples": 3}}),
+    ("RA-D005", "dense", {"dataset.sequence_length": 8192}),
+    ("RA-G001", "dense", {"model.cuda_graph_impl": "transformer_engine", "model.use_te_rng_tracker": True,
+                          "distributed.activation_checkpointing": "full"}),
+    ("RA-G002", "dense", {"model.cuda_graph_impl": "transformer_engine"}),
+    ("RA-G003", "dense", {"model.cuda_graph_impl": "transformer_engine", "model.use_te_rng_tracker": True,
+                          "dataset.packed_sequence": True}),
+    ("RA-G004", "dense", {"distributed.use_megatron_fsdp": True, "distributed.tp_size": 4}),
+    ("RA-G005", "moe", {"model.overlap_grad_reduce": True}),
+    ("RA-G006", "kv2", {"distributed.tp_size": 1, "distributed.sequence_parallel": False, "distributed.cp_size": 4,
+                        "model.cp_comm_type": "a2a"}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
 ]
@@ -191,7 +201,7 @@ def test_megatron_split_error_names_the_split(models):
     findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
     assert [(f.code, f.severity) for f in findings] == [("RA-L011", "error")]
     assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
-    assert findings[0].key == "model.account_for_embedding_in_pipeline_split"
+    assert findings[0].key == "distributed.pp_size"
 
 
 def test_target_outside_allow_list_is_never_imported(models, monkeypatch):
