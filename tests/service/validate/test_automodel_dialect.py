@@ -17,7 +17,7 @@ LLAMA = RECIPES / "llama3_2_1b_squad.yaml"
 MOE = RECIPES / "qwen3_moe_30b_ep8.yaml"
 HEADER = "# To run it:\n#   automodel recipe.yaml --nproc-per-node 8\n"
 # The AutoModel rule codes the tests below make fire (tests/service/validate/test_rules.py checks every code has one).
-COVERED = {f"RA-A{n:03d}" for n in range(1, 13)}
+COVERED = {f"RA-A{n:03d}" for n in range(1, 14)}
 
 
 @pytest.fixture(autouse=True)
@@ -72,8 +72,11 @@ def test_batch_not_divisible_names_the_global_batch():
     (lambda d: d["distributed"].update(strategy="zero3"), None, "RA-A003", "distributed.strategy"),
     (lambda d: d["loss_fn"].update(chunk_size=4), None, "RA-A011", "loss_fn.chunk_size"),
     (lambda d: d.update(recipe="TrainFinetuneRecipe"), None, "RA-A001", "recipe"),
+    (lambda d: d["distributed"].update(pp_size=2, ep_size=4, pipeline={"pp_microbatch_size": 1})
+     or d["step_scheduler"].update(local_batch_size=1, global_batch_size=8), None, "RA-A013",
+     "step_scheduler.local_batch_size"),
 ], ids=["tp-kv-heads", "tp-heads", "ep-experts", "ep-mesh", "gbs", "pp-no-pipeline", "dp-replicate",
-        "strategy-option", "scheduler-key", "strategy", "loss-kwarg", "recipe-class"])
+        "strategy-option", "scheduler-key", "strategy", "loss-kwarg", "recipe-class", "pp-microbatches"])
 def test_mutants_are_caught_with_the_key_named(edit, gpus, code, key):
     report = validate_text(mutated(MOE, edit), "mutant.yaml", gpus=gpus)
     assert (code, key) in errors(report), report.findings
