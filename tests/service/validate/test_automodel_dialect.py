@@ -82,11 +82,13 @@ def test_mutants_are_caught_with_the_key_named(edit, gpus, code, key):
     assert (code, key) in errors(report), report.findings
 
 
-def test_world_comes_from_flags_then_the_header_then_eight():
+def test_world_comes_from_flags_then_the_header_then_the_ci_block_then_eight():
     data = {"ci": {"nodes": 4}}
-    assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data).size == 2
+    assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data).size == 8  # 2 per node x ci.nodes 4
     assert stated_world("# torchrun --nnodes=2 --nproc-per-node=8 -m app\n", data).size == 16
-    assert stated_world("recipe: X\n", data).size == 8  # ci.nodes is a hint, not the world
+    assert stated_world("recipe: X\n", data).size == 32  # AutoModel's CI runs it on ci.nodes nodes of 8
+    assert stated_world("recipe: X\n", {"ci": {"nodes": 4, "cluster_tag": "gb200"}}).size == 16  # 4 GPUs a node
+    assert stated_world("recipe: X\n", {}).size == 8
     assert stated_world("recipe: X\n", {"ci": {"nproc_per_node": 1, "nodes": 1}}).size == 1
     assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data, gpus=16).size == 16
     assert stated_world("", data, gpus=4, nodes=2).size == 8
@@ -137,3 +139,15 @@ def test_targets_outside_automodels_packages_warn_and_unknown_names_inform():
     picked = sorted((f.severity, f.key) for f in findings if f.code == "RA-A012")
     assert picked == [("info", "loss_fn._target_"), ("warning", "optimizer._target_")]
     assert not [f for f in findings if f.severity == "error"]  # named, never imported
+
+
+def test_the_ci_blocks_overrides_apply_where_the_world_is_its_own():
+    """AutoModel's CI runs a recipe with ci.local_batch_size over the step scheduler's (tests/ci_tests/README.md)."""
+    def edit(d):
+        d["ci"] = {"nodes": 2, "local_batch_size": 4}
+        d["step_scheduler"].update(global_batch_size=64, local_batch_size=1)
+    text = mutated(MOE, edit, header="")
+    assert [c for c, _ in errors(validate_text(text, "ci.yaml"))] == []  # 4 x dp 16 = 64 at 16 GPUs
+    bad = text.replace("global_batch_size: 64", "global_batch_size: 96")
+    (finding,) = [f for f in validate_text(bad, "ci.yaml").findings if f.code == "RA-A009"]
+    assert "4·16 = 64" in finding.message and "ci.nodes" in finding.message
