@@ -135,3 +135,18 @@ def _substitute(value: str, variables: dict[str, str]) -> str:
         return match.group(2) if match.group(2) is not None else match.group(0)
 
     return _VARIABLE.sub(replace, value)
+
+
+_OVERRIDE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)=(.*)$")
+
+
+def dotted_overrides(text: str) -> dict[str, tuple[Any, int]]:
+    """``section.key=value`` words of a command line (Megatron Bridge's run_recipe.py overrides, Hydra style),
+    ``{dotted key: (value, line)}``; a leading ``+``/``++`` (add a key) is dropped. The last one wins."""
+    out: dict[str, tuple[Any, int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        for token in _tokens(line):
+            match = _OVERRIDE.match(token.lstrip("+"))
+            if match:
+                out[match.group(1)] = (literal(match.group(2)), number)
+    return out

@@ -250,4 +250,4 @@ def looks_like_megatron_lm(text: str, path: str) -> bool:
     if has_arguments_block(text):
         return True
     return not path.lower().endswith((".yaml", ".yml", "<request>", "<stdin>")) and re.search(
-        r"--(?:tensor|pipeline)-model-parallel-size|\bpretrain_\w+\.py\b", text) is not None
+        r"--(?:tensor|pipeline)-model-parallel-size|\b(?:pretrain_\w+|run_recipe)\.py\b", text) is not None

@@ -26,7 +26,41 @@ def bridge_findings(doc: Document, **flags) -> list[Finding]:
     return _judge(reading, doc.path, **flags)
 
 
+def run_recipe_findings(text: str, path: str, **flags) -> Optional[list[Finding]]:
+    """A ``run_recipe.py --config-file FILE section.key=value ...`` command: the YAML it names (beside the script),
+    with the dotted overrides over it at the command's lines, judged as a Bridge ConfigContainer. None when the
+    text runs no run_recipe.py with a config file."""
+    from pathlib import Path
+
+    from service.configs.megatron_args import command_line_args, dotted_overrides
+    from service.configs.yamlio import YamlError, load_yaml, read_file
+
+    args = command_line_args(text)
+    config = (args.get("config_file") or (None, 0))[0]
+    if "run_recipe.py" not in text or not isinstance(config, str):
+        return None
+    where = Path(path).parent / config if not Path(config).is_absolute() else Path(config)
+    try:
+        doc = load_yaml(read_file(str(where)), str(where))
+    except (YamlError, OSError) as err:
+        return [Finding(code="RA-F001", severity="error", line=args["config_file"][1], key="--config-file",
+                        message=f"run_recipe.py's --config-file {config}: {getattr(err, 'reason', err)}",
+                        fix="check the path (read beside this file)")]
+    for dotted, (value, line) in dotted_overrides(text).items():
+        node = doc.data
+        *sections, leaf = dotted.split(".")
+        for name in sections:
+            node = node.setdefault(name, {}) if isinstance(node.get(name, {}), dict) else {}
+        node[leaf] = value
+        doc.positions[dotted] = (line, 1)
+    findings = bridge_findings(doc, **flags)
+    return findings
+
+
 def megatron_lm_findings(text: str, path: str, **flags) -> list[Finding]:
+    recipe = run_recipe_findings(text, path, **flags)
+    if recipe is not None:
+        return recipe
     reading = translate(read_lm(parse_megatron_args(text)), MEGATRON_LM, flags.get("gpus"), flags.get("nodes"),
                         flags.get("gpu_type"))
     return _judge(reading, path, **flags)

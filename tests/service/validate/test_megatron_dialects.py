@@ -146,3 +146,22 @@ def test_reference_recipes_give_the_same_findings_in_each_dialect():
             assert theirs == ours, (record["name"], path, theirs ^ ours)
         checked += 1
     assert checked >= 20
+
+
+def test_run_recipe_overrides_apply_over_the_config_file_at_the_commands_line(tmp_path):
+    (tmp_path / "dump.yaml").write_text(BRIDGE_DUMP.replace("tensor_model_parallel_size: 3",
+                                                            "tensor_model_parallel_size: 4"))
+    script = tmp_path / "launch.sh"
+    script.write_text("torchrun --nproc_per_node 8 scripts/training/run_recipe.py \\\n"
+                      "    --config-file dump.yaml \\\n"
+                      "    model.tensor_model_parallel_size=3 train.global_batch_size=128\n")
+    from service.validate.document import validate_file
+
+    findings = validate_file(str(script), gpus=8).findings
+    kv = next(f for f in findings if f.code == "RA-L002")
+    assert kv.key == "model.tensor_model_parallel_size" and kv.line == 3
+    script.write_text(script.read_text().replace("=3 ", "=4 "))
+    assert [f for f in validate_file(str(script), gpus=8).findings if f.severity == "error"] == []
+    script.write_text("python run_recipe.py --config-file missing.yaml\n")
+    (missing,) = validate_file(str(script)).findings
+    assert missing.code == "RA-F001" and missing.line == 1
