@@ -103,8 +103,9 @@ def command_line_args(text: str) -> Args:
             values = [inline] if eq else []
             if not eq:
                 for following in tokens[index + 1:]:
-                    if following.startswith("--") or following in _SHELL_BREAKS or following.endswith(_SCRIPTS):
-                        break  # the next argument, the end of the command, or the script torchrun starts
+                    if (following.startswith("--") or following in _SHELL_BREAKS or following.endswith(_SCRIPTS)
+                            or _OVERRIDE.match(following.lstrip("+"))):
+                        break  # the next argument, the end of the command, the script torchrun starts, an override
                     values.append(following)
             key = name.replace("-", "_")
             if not re.fullmatch(r"[A-Za-z_]\w*", key):

@@ -303,7 +303,8 @@ def unusable_finding(err: YamlError) -> Finding:
 
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                   nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                  dialect: Optional[str] = None, bridge_version: Optional[str] = None) -> FileReport:
+                  dialect: Optional[str] = None, bridge_version: Optional[str] = None,
+                  local_files: bool = False) -> FileReport:
     """Validate one document. Raises YamlError when it is not a usable config at all.
 
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
@@ -314,7 +315,7 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
     if dialect == MEGATRON_LM or (dialect in (None, AUTO) and looks_like_megatron_lm(text, path)):
         from service.validate.megatron.validate import megatron_lm_findings
 
-        findings = megatron_lm_findings(text, path, gpus=gpus, gpu_type=gpu_type, nodes=nodes,
+        findings = megatron_lm_findings(text, path, local_files, gpus=gpus, gpu_type=gpu_type, nodes=nodes,
                                         bridge_version=bridge_version)
         return FileReport(path=path, findings=apply_inline(findings, text))
     doc = load_yaml(text, path)
@@ -324,7 +325,8 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
 
 def validate_file(path: str, **kwargs) -> FileReport:
     try:
-        return validate_text(read_file(path), path, **kwargs)  # read_file refuses pipes and devices first
+        # read_file refuses pipes and devices first; a file on this machine may name another (run_recipe.py)
+        return validate_text(read_file(path), path, local_files=True, **kwargs)
     except YamlError as err:
         return FileReport(path=path, findings=[unusable_finding(err)], unusable=True)
     except OSError as err:

@@ -249,5 +249,5 @@ def looks_like_megatron_lm(text: str, path: str) -> bool:
 
     if has_arguments_block(text):
         return True
-    return not path.lower().endswith((".yaml", ".yml", "<request>", "<stdin>")) and re.search(
+    return not path.startswith("<") and not path.lower().endswith((".yaml", ".yml")) and re.search(
         r"--(?:tensor|pipeline)-model-parallel-size|\b(?:pretrain_\w+|run_recipe)\.py\b", text) is not None

@@ -26,7 +26,7 @@ def bridge_findings(doc: Document, **flags) -> list[Finding]:
     return _judge(reading, doc.path, **flags)
 
 
-def run_recipe_findings(text: str, path: str, **flags) -> Optional[list[Finding]]:
+def run_recipe_findings(text: str, path: str, local_files: bool = False, **flags) -> Optional[list[Finding]]:
     """A ``run_recipe.py --config-file FILE section.key=value ...`` command: the YAML it names (beside the script),
     with the dotted overrides over it at the command's lines, judged as a Bridge ConfigContainer. None when the
     text runs no run_recipe.py with a config file."""
@@ -39,6 +39,10 @@ def run_recipe_findings(text: str, path: str, **flags) -> Optional[list[Finding]
     config = (args.get("config_file") or (None, 0))[0]
     if "run_recipe.py" not in text or not isinstance(config, str):
         return None
+    if not local_files:  # a request's text names no file of this machine to read (the HTTP service, stdin)
+        return [Finding(code="RA-F001", severity="error", line=args["config_file"][1], key="--config-file",
+                        message=f"run_recipe.py's --config-file {config} is not read for a request",
+                        fix="validate the ConfigContainer YAML itself (its overrides written into it)")]
     where = Path(path).parent / config if not Path(config).is_absolute() else Path(config)
     try:
         doc = load_yaml(read_file(str(where)), str(where))
@@ -57,8 +61,9 @@ def run_recipe_findings(text: str, path: str, **flags) -> Optional[list[Finding]
     return findings
 
 
-def megatron_lm_findings(text: str, path: str, **flags) -> list[Finding]:
-    recipe = run_recipe_findings(text, path, **flags)
+def megatron_lm_findings(text: str, path: str, local_files: bool = False, **flags) -> list[Finding]:
+    """``local_files``: read the file a run_recipe.py command names (the CLI over a file; never for a request)."""
+    recipe = run_recipe_findings(text, path, local_files, **flags)
     if recipe is not None:
         return recipe
     reading = translate(read_lm(parse_megatron_args(text)), MEGATRON_LM, flags.get("gpus"), flags.get("nodes"),

@@ -165,3 +165,10 @@ def test_run_recipe_overrides_apply_over_the_config_file_at_the_commands_line(tm
     script.write_text("python run_recipe.py --config-file missing.yaml\n")
     (missing,) = validate_file(str(script)).findings
     assert missing.code == "RA-F001" and missing.line == 1
+
+
+def test_a_request_never_reads_the_file_a_run_recipe_command_names(tmp_path):
+    (tmp_path / "dump.yaml").write_text(BRIDGE_DUMP)
+    command = "python run_recipe.py --config-file dump.yaml model.tensor_model_parallel_size=3\n"
+    (refused,) = validate_text(command, str(tmp_path / "launch.sh"), dialect="megatron-lm").findings
+    assert refused.code == "RA-F001" and "not read for a request" in refused.message
