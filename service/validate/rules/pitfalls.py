@@ -10,6 +10,7 @@ long context without CP RA-L016.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional
 
 from service.facts import Facts
@@ -119,3 +120,29 @@ def a2a_cp_within_kv_heads(f: Facts) -> Optional[Violation]:
                      f"each TP rank holds over the CP ranks, and {f.layout.cp} does not divide them",
                      "set model.cp_comm_type: a2a+p2p with model.hierarchical_context_parallel_sizes (a2a within the "
                      "heads, p2p across; their product = cp_size), or p2p")
+
+
+@lru_cache(maxsize=256)
+def _trained_on_images(model_id: str) -> bool:
+    """Whether the index's Bridge recipes train this model on image and text data (a vision-language model)."""
+    from recipe_index import list_recipes
+
+    return any(entry.model == model_id and entry.reads_images for entry in list_recipes())
+
+
+@layout_rule("RA-G007", "warning", "dataset.preset", "vision-language fine-tuning reads image data",
+             "seed pitfall table: VLM SFT missing image data runs but produces garbage; Bridge's VLM recipes "
+             "(_sft_common_vlm) read cord_v2 / mock VLM / Energon data")
+def vlm_finetune_reads_images(f: Facts) -> Optional[Violation]:
+    preset = (f.extra.get("dataset") or {}).get("preset")
+    if f.model is None or bundled(f) or f.mode not in ("sft", "peft") or not isinstance(preset, str):
+        return None
+    from recipe_index.recipes import VISION_DATASET_PRESETS
+
+    vlm = f.model.vision_language or _trained_on_images(f.model.id)
+    if not vlm or preset in VISION_DATASET_PRESETS:
+        return None
+    return Violation(f"{f.model.id} is a vision-language model and dataset.preset {preset} holds text only: "
+                     "fine-tuning runs, but the vision tower learns nothing useful",
+                     f"use an image and text dataset ({', '.join(sorted(VISION_DATASET_PRESETS))}), or a text "
+                     "model for text-only fine-tuning")

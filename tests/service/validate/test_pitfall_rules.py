@@ -96,3 +96,16 @@ mixed_precision: bf16_mixed
 """
     (g001,) = [f for f in validate_text(text, "b.yaml", gpus=8).findings if f.code == "RA-G001"]
     assert g001.key == "model.cuda_graph_impl" and g001.line == 8
+
+
+def test_vlm_fine_tuning_on_a_text_preset_is_a_warning():
+    vlm = OURS.replace("strategy: megatron", "strategy: megatron").format(
+        model="qwen3-vl-8b", tp=2, cp=1, recompute="selective", model_keys="", dist_keys="",
+        data_keys="  preset: squad\n")
+    text = "metadata:\n  mode: sft\n" + vlm
+    found = [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-G007"]
+    assert [(f.severity, f.key) for f in found] == [("warning", "dataset.preset")]
+    assert not [f for f in validate_text(text.replace("preset: squad", "preset: cord_v2"), "c.yaml").findings
+                if f.code == "RA-G007"]
+    text_model = text.replace("qwen3-vl-8b", "llama3-8b")
+    assert not [f for f in validate_text(text_model, "c.yaml").findings if f.code == "RA-G007"]
