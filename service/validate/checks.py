@@ -14,6 +14,7 @@ from service.validate.rules import (  # noqa: F401  (they register)
     engine,
     layout,
     memory_fit,
+    output_paths,  # noqa: F401  (it registers)
     packing,
     pipeline,
     pitfalls,
