@@ -21,6 +21,7 @@ from trainer.contract.expert_checks import MOE_MODEL_TYPES, check_expert_layout
 from trainer.contract.layout_checks import check_layout
 from trainer.contract.model_checks import check_model_keys, check_seq_lengths
 from trainer.contract.overrides import ConfigError
+from trainer.contract.section_checks import section_problems, step_callable_problems
 from trainer.contract.step_scheduler import derive_grad_acc_steps
 
 
@@ -104,8 +105,6 @@ def check_targets(cfg: Any, world_size: int, model: Declared) -> None:
 
 
 def check_sections(cfg: Any, world_size: int, model: Declared) -> None:
-    from trainer.contract.preflight import section_problems  # the sections' problems, each with its key
-
     problems = section_problems(cfg)
     if problems:
         raise ConfigError(str(problems[0]))
@@ -130,8 +129,6 @@ def check_recipe_keywords(cfg: Any, world_size: int, model: Declared) -> None:
 
 def check_step_callables(cfg: Any, world_size: int, model: Declared) -> None:
     """Refuse, before any worker starts, what would be a traceback at the first step."""
-    from trainer.contract.preflight import step_callable_problems
-
     for key, why, fix in step_callable_problems(cfg)[:1]:
         raise ConfigError(f"{key}: {why}; {fix}")
 

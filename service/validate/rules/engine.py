@@ -18,18 +18,20 @@ GIB = 1024**3
 
 
 @config_rule("RA-E004", "error", "optimizer", "the bundled trainer's step can call the optimizer and loss",
-             "trainer/contract/preflight.py step_callable_problems (the pre-flight refuses the same)")
+             "trainer/contract/section_checks.py step_callable_problems (the pre-flight refuses the same)")
 def step_callables(view: "ConfigView") -> Iterator[Violation]:
-    from trainer.contract.preflight import step_callable_problems  # torch-free; the trainer's own check, not a copy
+    from trainer.contract.section_checks import (
+        step_callable_problems,  # torch-free; the trainer's own check, not a copy
+    )
 
     for key, why, fix in step_callable_problems(view.config) if _runs_bundled(view) else ():
         yield Violation(f"{key}: {why}", fix, key=key)
 
 
 @config_rule("RA-E005", "error", "", "the bundled trainer is told what to build",
-             "trainer/contract/preflight.py section_problems (the pre-flight refuses the same)")
+             "trainer/contract/section_checks.py section_problems (the pre-flight refuses the same)")
 def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
-    from trainer.contract.preflight import section_problems  # torch-free; the trainer's own check, not a copy
+    from trainer.contract.section_checks import section_problems  # torch-free; the trainer's own check, not a copy
 
     problems = section_problems(view.config) if _runs_bundled(view) else []
     fragment = any(p.missing and p.key.startswith("model.") for p in problems)
