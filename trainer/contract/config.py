@@ -62,10 +62,16 @@ class RecipeSection(_Target):
     """Which recipe class runs the config (``trainer.recipes.TrainFinetuneRecipe``)."""
 
 
+def _bridge_version(value: Any) -> Any:
+    from trainer.contract.bridge_version import parse_bridge_version
+
+    return parse_bridge_version(value).text if value is not None else value
+
+
 class MetadataSection(_Plain):
     """Index metadata of a bundled recipe. Not read by the trainer."""
 
-    name: str
+    name: Optional[str] = None
     kind: Literal["library", "benchmark", "bundled"] = "library"
     family: Optional[str] = None
     model: Optional[str] = None
@@ -83,6 +89,9 @@ class MetadataSection(_Plain):
     # Bridge; validate reports them as warnings marked "known upstream issue" where the reviewed table
     # (recipe_index/known_issues.py) records them for that recipe.
     known_issues: list[str] = Field(default_factory=list)
+    # The Megatron Bridge release (or checkout date) whose defaults the config assumes
+    # (trainer/contract/bridge_version.py): an unset etp_size means TP before v0.6.0, 1 from it.
+    bridge_version: Optional[Annotated[str, BeforeValidator(_bridge_version)]] = None
 
 
 def _module_names_or_all_linear(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
