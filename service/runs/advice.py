@@ -40,6 +40,21 @@ def reading_store(url: Optional[str] = None) -> Optional[RunsStore]:
     return _open_stores[resolved]
 
 
+def writing_store(url: Optional[str] = None) -> RunsStore:
+    """The store the service records into (created on first use)."""
+    resolved = resolve_url(url)
+    if resolved not in _open_stores:
+        _open_stores[resolved] = RunsStore(resolved)
+    return _open_stores[resolved]
+
+
+def store_version(url: Optional[str] = None) -> Optional[tuple]:
+    """(runs, newest id) of the store plan reads, None without one: part of a cached answer's key, so a new run
+    shows in the next answer."""
+    store = reading_store(url)
+    return None if store is None else store.count_and_newest()
+
+
 def row_key(row: PlannedLayout) -> tuple:
     lay = row.structure
     return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, row.micro_batch_size, row.sharding)
