@@ -1,4 +1,4 @@
-"""`python -m service.cli`: the same CLI as the recipe-advisor command."""
+"""`python -m service.cli`: the same CLI as the recipe-advisor command, with its exit code."""
 from service.cli.app import main
 
-main()
+raise SystemExit(main())

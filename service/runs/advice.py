@@ -20,10 +20,12 @@ from service.estimate.memory import model_shape
 from service.plan.types import Plan, PlannedLayout, PlanRequest
 from service.runs.calibration import MIN_RUNS, Report, evaluate, features, predict, samples
 from service.runs.keys import PLANNER_ENGINE, group_key, request_key
-from service.runs.schema import RunRecord
 from service.runs.store import RunsStore, resolve_url, runs_table
 
 MAX_FIT_RUNS = 400  # the newest runs of a group a calibration is fitted on (older ones weigh little anyway)
+# The planner's first rows that are re-estimated with a calibration (a breakdown each); the rest keep their estimate
+# and their place after them: a calibration corrects terms by tens of percent, not the planner's order of thousands.
+MAX_CALIBRATED_ROWS = 64
 _open_stores: dict[str, RunsStore] = {}
 
 
@@ -70,16 +72,14 @@ def plan_request_key(request: PlanRequest) -> str:
                        request.engine)
 
 
-def measured_summary(runs: list[RunRecord]) -> dict:
-    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids."""
-    speeds = [r.measured_tokens_per_s_per_gpu for r in runs]
-    steps = [r.measurement.step_time_s for r in runs]
+def measured_summary(runs: list[tuple], newest: dict[int, Optional[str]]) -> dict:
+    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids and clusters;
+    ``runs``: (id, label, step_time_s, tokens_per_s_per_gpu) tuples; ``newest``: id -> when recorded."""
+    ids, labels, steps, speeds = zip(*runs)
     median = statistics.median(speeds)
-    newest = max(runs, key=lambda r: r.id or 0)
-    return {"count": len(runs), "newest": newest.recorded_at.isoformat() if newest.recorded_at else None,
-            "tokens_per_s_per_gpu": round(median, 6), "step_time_s": round(statistics.median(steps), 6),
-            "spread": round((max(speeds) - min(speeds)) / median, 4), "run_ids": sorted(r.id for r in runs)[-10:],
-            "clusters": sorted({r.provenance.cluster or r.request.gpu_type for r in runs})}
+    return {"count": len(runs), "newest": newest.get(max(ids)), "tokens_per_s_per_gpu": round(median, 6),
+            "step_time_s": round(statistics.median(steps), 6), "spread": round((max(speeds) - min(speeds)) / median, 4),
+            "run_ids": sorted(ids)[-10:], "clusters": sorted(set(labels))}
 
 
 @dataclass
@@ -133,30 +133,37 @@ class RunsView:
         return "; ".join(parts) or None
 
 
-def _groups(store: RunsStore, request: PlanRequest) -> list[tuple]:
-    """(cluster, release, engine, count, newest id) of the completed runs of your own on this GPU type."""
+def _newest_group(conn: sa.Connection, request: PlanRequest) -> Optional[tuple]:
+    """(cluster, release, runs, newest id) of the group of your newest completed run on this GPU type and engine:
+    two index lookups (the group's count reads the covering index ix_runs_groups alone)."""
     c = runs_table.c
-    stmt = (sa.select(c.cluster, c.release, c.engine, sa.func.count(), sa.func.max(c.id))
-            .where(c.gpu_type == request.hardware.name, c.outcome == "completed", c.source == "yours",
-                   c.engine.in_(_engines(request.engine)))
-            .group_by(c.cluster, c.release, c.engine))
-    with store.engine.connect() as conn:
-        return [tuple(row) for row in conn.execute(stmt)]
-
-
-def calibration_for(store: RunsStore, request: PlanRequest) -> Optional[Calibration]:
-    """The calibration of the newest group (cluster label or GPU type, engine, release) of the request's GPU type
-    and engine that holds runs of its kind (dense or MoE); fitted once per change of the group's runs."""
-    groups = _groups(store, request)
-    if not groups:
+    mine = (c.gpu_type == request.hardware.name, c.engine.in_(_engines(request.engine)), c.outcome == "completed",
+            c.source == "yours")
+    newest = conn.execute(sa.select(c.cluster, c.release).where(*mine).order_by(c.id.desc()).limit(1)).first()
+    if newest is None:
         return None
-    cluster, release, _, _, _ = max(groups, key=lambda g: g[4])
-    count = sum(g[3] for g in groups if (g[0], g[1]) == (cluster, release))
-    newest = max(g[4] for g in groups if (g[0], g[1]) == (cluster, release))
+    cluster, release = newest
+    same = (c.cluster.is_(None) if cluster is None else c.cluster == cluster,
+            c.release.is_(None) if release is None else c.release == release)
+    count, newest_id = conn.execute(sa.select(sa.func.count(), sa.func.max(c.id)).where(*mine, *same)).one()
+    return cluster, release, count, newest_id
+
+
+def calibration_for(store: RunsStore, request: PlanRequest, conn: Optional[sa.Connection] = None
+                    ) -> Optional[Calibration]:
+    """The calibration of the group (cluster label or GPU type, engine, release) of your newest run on the request's
+    GPU type and engine, for the request's kind (dense or MoE); fitted once per change of the group's runs."""
+    if conn is None:
+        with store.engine.connect() as own:
+            return calibration_for(store, request, own)
+    found = _newest_group(conn, request)
+    if found is None:
+        return None
+    cluster, release, count, newest = found
     moe = model_shape(request.model).is_moe
     key = group_key(cluster, request.hardware.name, request.engine, release, moe)
     label = cluster or request.hardware.name
-    cached = store.cached_calibration(key, count, newest)
+    cached = store.cached_calibration(key, count, newest, conn)
     if cached is None:
         runs = []
         for engine in _engines(request.engine):
@@ -164,22 +171,34 @@ def calibration_for(store: RunsStore, request: PlanRequest) -> Optional[Calibrat
                                 cluster=cluster, release=release, limit=MAX_FIT_RUNS)
         from service.runs.estimate import is_moe
 
-        mine = [r for r in runs if r.provenance.cluster == cluster and is_moe(r) == moe]
+        mine = [r for r in runs if r.provenance.cluster == cluster and r.provenance.release == release
+                and is_moe(r) == moe]
         mine = sorted(mine, key=lambda r: r.id or 0)[-MAX_FIT_RUNS:]
         cached = evaluate(samples(mine)).to_dict()
         store.keep_calibration(key, count, newest, cached)
     return Calibration(key, label, request.engine, release, Report.from_dict(cached))
 
 
-def _measured_rows(store: RunsStore, result: Plan) -> dict[tuple, dict]:
-    runs = [r for r in store.query(request_key=plan_request_key(result.request), outcome="completed",
-                                   source="yours") if r.measured_tokens_per_s_per_gpu]
-    by_key: dict[tuple, list[RunRecord]] = {}
-    for run in runs:
-        lay = run.layout
-        key = (lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp or 1, lay.micro_batch_size, lay.sharding)
-        by_key.setdefault(key, []).append(run)
-    return {key: measured_summary(group) for key, group in by_key.items()}
+def _measured_rows(conn: sa.Connection, result: Plan) -> dict[tuple, dict]:
+    """The request's completed runs of your own, by layout, read from the columns plan needs (no record parsed)."""
+    c = runs_table.c
+    stmt = (sa.select(c.layout_key, c.id, sa.func.coalesce(c.cluster, c.gpu_type), c.step_time_s,
+                      c.tokens_per_s_per_gpu)
+            .where(c.request_key == plan_request_key(result.request), c.outcome == "completed",
+                   c.source == "yours", c.tokens_per_s_per_gpu.is_not(None)))
+    by_key: dict[str, list[tuple]] = {}
+    for layout_key, *rest in conn.execute(stmt).all():
+        by_key.setdefault(layout_key, []).append(rest)
+    newest_ids = [max(run[0] for run in runs) for runs in by_key.values()]
+    newest = {run_id: when.isoformat() if when else None for run_id, when in conn.execute(
+        sa.select(c.id, c.recorded_at).where(c.id.in_(newest_ids))).all()} if newest_ids else {}
+    return {_layout_key_tuple(key): measured_summary(runs, newest) for key, runs in by_key.items()}
+
+
+def _layout_key_tuple(text: str) -> tuple:
+    """The runs table's layout_key as plan's row_key: (tp, pp, vp, cp, ep, etp, micro batch, sharding)."""
+    *sizes, sharding = text.split(",")
+    return (*map(int, sizes), sharding)
 
 
 def _calibrated_speed(row: PlannedLayout, calibration: Calibration) -> Optional[float]:
@@ -189,28 +208,40 @@ def _calibrated_speed(row: PlannedLayout, calibration: Calibration) -> Optional[
     return row.estimators.time.tokens_per_s_per_gpu(step) if step > 0 else None
 
 
-def _rank_speed(row: PlannedLayout, view: RunsView) -> float:
+def _rank_speed(row: PlannedLayout, view: RunsView) -> Optional[float]:
+    """What a fitting row ranks by: its measurement, else its calibrated estimate, else (no calibration applies)
+    its estimate; None for a row past MAX_CALIBRATED_ROWS of a calibrated plan, which keeps its place after."""
     key = row_key(row)
     if key in view.measured:
         return view.measured[key]["tokens_per_s_per_gpu"]
-    return view.calibrated.get(key, row.tokens_per_s or 0.0)
+    if view.calibrated:
+        return view.calibrated.get(key)
+    return row.tokens_per_s or 0.0
+
+
+def _reranked(fitting: list[PlannedLayout], view: RunsView) -> list[PlannedLayout]:
+    speeds = [(_rank_speed(row, view), row) for row in fitting]
+    ranked = sorted(((speed, row) for speed, row in speeds if speed is not None), key=lambda pair: -pair[0])
+    return [row for _, row in ranked] + [row for speed, row in speeds if speed is None]
 
 
 def with_runs(result: Plan, store: Optional[RunsStore]) -> Plan:
     """``result`` with the store's measurements and calibration; measured rows rank by their measurement and
-    unmeasured ones by the calibrated estimate (the planner's order among fitting rows is kept otherwise)."""
+    unmeasured ones by the calibrated estimate (the planner's first MAX_CALIBRATED_ROWS; the order among the
+    other fitting rows is kept)."""
     if store is None or not result.layouts:
         return result
-    view = RunsView(measured=_measured_rows(store, result), calibration=calibration_for(store, result.request))
+    with store.engine.connect() as conn:  # one connection, one read transaction for everything plan reads
+        view = RunsView(measured=_measured_rows(conn, result), calibration=calibration_for(store, result.request, conn))
     if view.calibration is not None and view.calibration.applies:
-        for row in result.layouts:
+        for row in result.layouts[:MAX_CALIBRATED_ROWS]:
             speed = _calibrated_speed(row, view.calibration)
             if speed is not None:
                 view.calibrated[row_key(row)] = speed
     layouts = result.layouts
     if view.measured or view.calibrated:
         fitting = [row for row in layouts if row.fits]
-        ordered = sorted(fitting, key=lambda row: -_rank_speed(row, view))
+        ordered = _reranked(fitting, view)
         view.reranked = ordered != fitting
         layouts = ordered + [row for row in layouts if not row.fits]
     why = result.why_first

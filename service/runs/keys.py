@@ -34,3 +34,10 @@ def group_key(cluster: Optional[str], gpu_type: str, engine: str, release: Optio
     """A calibration group: the cluster label (else the GPU type), engine, software release, dense or MoE."""
     kind = "moe" if moe else "dense"
     return "|".join((cluster or gpu_type, PLANNER_ENGINE.get(engine, engine), release or "-", kind))
+
+
+def layout_text(record: RunRecord) -> str:
+    """The layout as plan's rows tell them apart, as the runs table's ``layout_key`` column holds it."""
+    lay = record.layout
+    return ",".join(str(v) for v in (lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp or 1,
+                                     lay.micro_batch_size, lay.sharding))

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from service.runs.keys import run_request_key
+from service.runs.keys import layout_text, run_request_key
 from service.runs.migrate import upgrade_to_head
 from service.runs.schema import RunRecord, utcnow
 
@@ -46,6 +46,9 @@ runs_table = sa.Table(
     sa.Column("release", sa.String(4096)),
     sa.Column("source", sa.String(16), nullable=False),
     sa.Column("request_key", sa.String(32)),
+    sa.Column("layout_key", sa.String(128)),
+    sa.Column("step_time_s", sa.Float),
+    sa.Column("tokens_per_s_per_gpu", sa.Float),
 )
 calibrations_table = sa.Table(
     "calibrations", metadata,
@@ -125,7 +128,10 @@ def _row_values(record: RunRecord, key: str) -> dict:
     return {"content_key": key, "recorded_at": record.recorded_at, "model": r.model, "gpu_type": r.gpu_type,
             "engine": p.engine, "team": p.team, "cluster": p.cluster, "config_hash": record.config_hash,
             "outcome": record.outcome, "release": p.release, "source": p.source,
-            "request_key": run_request_key(record), "record": record.model_dump_json(exclude={"id"})}
+            "request_key": run_request_key(record), "layout_key": layout_text(record),
+            "step_time_s": record.measurement.step_time_s,
+            "tokens_per_s_per_gpu": record.measured_tokens_per_s_per_gpu,
+            "record": record.model_dump_json(exclude={"id"})}
 
 
 def _from_row(row) -> RunRecord:
@@ -213,13 +219,18 @@ class RunsStore:
             count, newest = conn.execute(stmt).one()
         return count, newest or 0
 
-    def cached_calibration(self, group: str, runs: int, newest_run_id: int) -> Optional[dict]:
-        """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None."""
+    def cached_calibration(self, group: str, runs: int, newest_run_id: int,
+                           conn: Optional[Connection] = None) -> Optional[dict]:
+        """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None.
+        ``conn``: an open connection of this store to read on (plan reads everything on one)."""
         stmt = sa.select(calibrations_table.c.payload).where(
             calibrations_table.c.group_key == group, calibrations_table.c.runs == runs,
             calibrations_table.c.newest_run_id == newest_run_id)
-        with self.engine.connect() as conn:
+        if conn is not None:
             payload = conn.execute(stmt).scalar()
+        else:
+            with self.engine.connect() as own:
+                payload = own.execute(stmt).scalar()
         return json.loads(payload) if payload is not None else None
 
     def keep_calibration(self, group: str, runs: int, newest_run_id: int, payload: dict) -> None:

@@ -119,7 +119,7 @@ def test_migrations_upgrade_an_empty_database(store_url):
     assert current_revision(engine) == head_revision()
 
 
-@pytest.mark.parametrize("previous", ["r0001", "r0002"])
+@pytest.mark.parametrize("previous", ["r0001", "r0002", "r0003"])
 def test_migrations_upgrade_a_previous_revision_keeping_its_runs(store_url, previous):
     engine = make_engine(store_url)
     upgrade_to(engine, previous)
@@ -133,6 +133,9 @@ def test_migrations_upgrade_a_previous_revision_keeping_its_runs(store_url, prev
     assert current_revision(engine) == head_revision() != previous
     assert [r.provenance.release for r in store.query(release="25.09", source="yours")] == ["25.09"]
     assert [r.id for r in store.query(request_key=row["request_key"])] == [1]
+    with engine.connect() as conn:  # what plan reads as columns, filled from the stored record
+        layout_key, speed = conn.execute(sa.select(runs_table.c.layout_key, runs_table.c.tokens_per_s_per_gpu)).one()
+    assert (layout_key, speed) == ("1,1,1,1,1,1,4,none", pytest.approx(1007.0))
     assert store.add(old) == (1, False)
 
 
