@@ -17,6 +17,7 @@ from typing import Any, Optional
 from service.runs.errors import RunInputError
 from service.runs.measure import step_summary, thinned, warmup_count
 from service.runs.schema import RunRecord
+from trainer.contract.dotted import get_dotted
 
 FAST_PATH_KEYS = ("model.kernels", "model.attn_implementation", "loss_fn.chunked", "loss_fn.chunk_size",
                   "optimizer.fused", "compile.enabled")
@@ -25,12 +26,8 @@ MAX_METRICS_BYTES = 64 * 1024 * 1024
 
 
 def dotted(config: dict, key: str, default: Any = None) -> Any:
-    node: Any = config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+    found = get_dotted(config, key)
+    return default if found is None else found
 
 
 def _number(value: Any, where: str, key: str, *, positive: bool = False) -> Optional[float]:

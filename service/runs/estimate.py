@@ -16,6 +16,7 @@ from service.plan.planner import make_request
 from service.plan.types import Estimators, PlanError
 from service.runs.keys import PLANNER_ENGINE
 from service.runs.schema import RunRecord
+from service.validate.rules.precision import PRECISION_CHOICES
 
 TERMS = ("compute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "optimizer_s",
          "moe_unattributed_s")
@@ -44,8 +45,7 @@ def run_estimate(record: RunRecord) -> Optional[StepTime]:
     """The planner's step time of the run's layout, with its terms; None when the planner cannot estimate the
     request (a Megatron run on the cpu card, a precision it does not plan)."""
     r = record.request
-    precision = r.precision if r.precision in ("bf16", "fp16", "fp32", "fp8", "nvfp4", "fp8cs", "fp8ds", "fp8mx",
-                                               "fp8sc") else "bf16"
+    precision = r.precision if r.precision in PRECISION_CHOICES else "bf16"  # a label the planner does not plan
     est = _estimators(r.model, r.gpus_per_node, r.gpu_type, r.nodes, r.goal, r.seq_length, r.global_batch_size,
                       precision, PLANNER_ENGINE[record.provenance.engine])
     if est is None:

@@ -6,6 +6,7 @@ estimate of the layout beside the measurement.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -14,10 +15,11 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from pydantic import ValidationError
 
 from service.runs.bundled import METRICS_FILE, read_metrics, record_from_metrics
-from service.runs.checks import checked
-from service.runs.errors import RunInputError
+from service.runs.checks import checked, known_gpu_type
+from service.runs.errors import RunInputError, from_validation
 from service.runs.estimate import with_estimate
 from service.runs.schema import MAX_CONFIG_CHARS, RunRecord
 
@@ -98,10 +100,6 @@ def from_run_dir(run_dir: Path, *, config: Optional[Path] = None, engine: str = 
     metrics_path = run_dir / METRICS_FILE if run_dir.is_dir() else run_dir
     records = read_metrics(metrics_path, drop_torn_tail=drop_torn_tail or outcome != "completed")
     data, text = read_config(run_config(run_dir, config))
-    from pydantic import ValidationError
-
-    from service.runs.errors import from_validation
-
     try:
         record = record_from_metrics(records, data, engine=engine, gpus_per_node=gpus_per_node, nodes=nodes,
                                      config_text=text, outcome=outcome, provenance=provenance or {},
@@ -115,9 +113,6 @@ def from_megatron_log(log_path: Path, *, config: Optional[Path] = None, model: O
                       gpu_type: Optional[str] = None, gpus_per_node: Optional[int] = None,
                       outcome: Optional[str] = None, provenance: Optional[dict] = None) -> RunRecord:
     """A Megatron-LM / Megatron Bridge log (and optionally its config) as a prepared RunRecord."""
-    from pydantic import ValidationError
-
-    from service.runs.errors import from_validation
     from service.runs.megatron_log import find_key, read_log, record_data
 
     log = read_log(log_path)
@@ -126,8 +121,6 @@ def from_megatron_log(log_path: Path, *, config: Optional[Path] = None, model: O
     if not gpu_type:
         raise RunInputError("request.gpu_type", "a Megatron log does not name its GPU type",
                             "pass --gpu-type (e.g. h100)")
-    from service.runs.checks import known_gpu_type
-
     fields = record_data(log, data, model=model, gpu_type=known_gpu_type(gpu_type), gpus_per_node=gpus_per_node,
                          source=str(log_path))
     if outcome is not None:
@@ -144,12 +137,6 @@ def from_megatron_log(log_path: Path, *, config: Optional[Path] = None, model: O
 def from_json(path: Path) -> list[RunRecord]:
     """Runs as `runs export` writes them (a list) or one run (an object), each checked as any way in checks it;
     ids and recording times are the store's and are dropped."""
-    import json
-
-    from pydantic import ValidationError
-
-    from service.runs.errors import from_validation
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

@@ -9,6 +9,7 @@ from typing import Iterator
 
 from pydantic import ValidationError
 
+from recipe_index.hardware import get_hardware
 from recipe_index.measurements import PUBLISHED, UNSCORED_VARIANTS, measured_tokens_per_s
 from recipe_index.models import find_bundled_model
 from service.runs.estimate import with_estimate
@@ -17,7 +18,8 @@ from service.runs.schema import RunRecord
 
 def _record(row: dict) -> RunRecord:
     tokens = measured_tokens_per_s(row)
-    world, gpn = row["num_gpus"], min(row["num_gpus"], 4 if row["hardware"].startswith("gb") else 8)
+    world = row["num_gpus"]
+    gpn = min(world, get_hardware(row["hardware"]).gpus_per_node)
     step = row["global_batch_size"] * row["seq_length"] / (tokens * world)
     vp = row.get("vp")
     return RunRecord.model_validate({
