@@ -133,19 +133,36 @@ class RunsView:
         return "; ".join(parts) or None
 
 
+# Statements plan runs on every call, built once (building an expression costs more than running it on SQLite).
+_c = runs_table.c
+_MINE = (_c.gpu_type == sa.bindparam("gpu_type"), _c.engine.in_(sa.bindparam("engines", expanding=True)),
+         _c.outcome == "completed", _c.source == "yours")
+NEWEST_OF_MINE = sa.select(_c.cluster, _c.release).where(*_MINE).order_by(_c.id.desc()).limit(1)
+GROUP_COUNTS = {  # by (cluster is None, release is None): SQL's = never matches NULL
+    (no_cluster, no_release): sa.select(sa.func.count(), sa.func.max(_c.id)).where(
+        *_MINE, _c.cluster.is_(None) if no_cluster else _c.cluster == sa.bindparam("cluster"),
+        _c.release.is_(None) if no_release else _c.release == sa.bindparam("release"))
+    for no_cluster in (False, True) for no_release in (False, True)}
+MEASURED = (sa.select(_c.layout_key, sa.func.aggregate_strings(sa.cast(_c.id, sa.String), ","),
+                      sa.func.aggregate_strings(sa.func.coalesce(_c.cluster, _c.gpu_type), "\x1f"),
+                      sa.func.aggregate_strings(sa.cast(_c.step_time_s, sa.String), ","),
+                      sa.func.aggregate_strings(sa.cast(_c.tokens_per_s_per_gpu, sa.String), ","))
+            .where(_c.request_key == sa.bindparam("request_key"), _c.outcome == "completed", _c.source == "yours",
+                   _c.tokens_per_s_per_gpu.is_not(None))
+            .group_by(_c.layout_key))
+RECORDED = sa.select(_c.id, _c.recorded_at).where(_c.id.in_(sa.bindparam("ids", expanding=True)))
+
+
 def _newest_group(conn: sa.Connection, request: PlanRequest) -> Optional[tuple]:
     """(cluster, release, runs, newest id) of the group of your newest completed run on this GPU type and engine:
     two index lookups (the group's count reads the covering index ix_runs_groups alone)."""
-    c = runs_table.c
-    mine = (c.gpu_type == request.hardware.name, c.engine.in_(_engines(request.engine)), c.outcome == "completed",
-            c.source == "yours")
-    newest = conn.execute(sa.select(c.cluster, c.release).where(*mine).order_by(c.id.desc()).limit(1)).first()
+    mine = {"gpu_type": request.hardware.name, "engines": _engines(request.engine)}
+    newest = conn.execute(NEWEST_OF_MINE, mine).first()
     if newest is None:
         return None
     cluster, release = newest
-    same = (c.cluster.is_(None) if cluster is None else c.cluster == cluster,
-            c.release.is_(None) if release is None else c.release == release)
-    count, newest_id = conn.execute(sa.select(sa.func.count(), sa.func.max(c.id)).where(*mine, *same)).one()
+    count, newest_id = conn.execute(GROUP_COUNTS[(cluster is None, release is None)],
+                                    {**mine, "cluster": cluster, "release": release}).one()
     return cluster, release, count, newest_id
 
 
@@ -180,18 +197,16 @@ def calibration_for(store: RunsStore, request: PlanRequest, conn: Optional[sa.Co
 
 
 def _measured_rows(conn: sa.Connection, result: Plan) -> dict[tuple, dict]:
-    """The request's completed runs of your own, by layout, read from the columns plan needs (no record parsed)."""
-    c = runs_table.c
-    stmt = (sa.select(c.layout_key, c.id, sa.func.coalesce(c.cluster, c.gpu_type), c.step_time_s,
-                      c.tokens_per_s_per_gpu)
-            .where(c.request_key == plan_request_key(result.request), c.outcome == "completed",
-                   c.source == "yours", c.tokens_per_s_per_gpu.is_not(None)))
-    by_key: dict[str, list[tuple]] = {}
-    for layout_key, *rest in conn.execute(stmt).all():
-        by_key.setdefault(layout_key, []).append(rest)
+    """The request's completed runs of your own, by layout: aggregated in the database (one row per layout), from
+    the columns plan needs (no record parsed)."""
+    by_key = {}
+    for layout_key, ids, labels, steps, speeds in conn.execute(
+            MEASURED, {"request_key": plan_request_key(result.request)}).all():
+        by_key[layout_key] = list(zip(map(int, ids.split(",")), labels.split("\x1f"), map(float, steps.split(",")),
+                                      map(float, speeds.split(","))))
     newest_ids = [max(run[0] for run in runs) for runs in by_key.values()]
-    newest = {run_id: when.isoformat() if when else None for run_id, when in conn.execute(
-        sa.select(c.id, c.recorded_at).where(c.id.in_(newest_ids))).all()} if newest_ids else {}
+    newest = {run_id: when.isoformat() if when else None
+              for run_id, when in conn.execute(RECORDED, {"ids": newest_ids}).all()} if newest_ids else {}
     return {_layout_key_tuple(key): measured_summary(runs, newest) for key, runs in by_key.items()}
 
 

@@ -59,6 +59,10 @@ calibrations_table = sa.Table(
     sa.Column("payload", sa.Text, nullable=False),
 )
 
+CACHED_CALIBRATION = sa.select(calibrations_table.c.payload).where(
+    calibrations_table.c.group_key == sa.bindparam("group"), calibrations_table.c.runs == sa.bindparam("runs"),
+    calibrations_table.c.newest_run_id == sa.bindparam("newest"))
+
 # query() filters: keyword -> column
 FILTERS = ("model", "gpu_type", "engine", "team", "cluster", "config_hash", "outcome", "release", "source",
            "request_key")
@@ -223,14 +227,12 @@ class RunsStore:
                            conn: Optional[Connection] = None) -> Optional[dict]:
         """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None.
         ``conn``: an open connection of this store to read on (plan reads everything on one)."""
-        stmt = sa.select(calibrations_table.c.payload).where(
-            calibrations_table.c.group_key == group, calibrations_table.c.runs == runs,
-            calibrations_table.c.newest_run_id == newest_run_id)
+        values = {"group": group, "runs": runs, "newest": newest_run_id}
         if conn is not None:
-            payload = conn.execute(stmt).scalar()
+            payload = conn.execute(CACHED_CALIBRATION, values).scalar()
         else:
             with self.engine.connect() as own:
-                payload = own.execute(stmt).scalar()
+                payload = own.execute(CACHED_CALIBRATION, values).scalar()
         return json.loads(payload) if payload is not None else None
 
     def keep_calibration(self, group: str, runs: int, newest_run_id: int, payload: dict) -> None:

@@ -23,8 +23,9 @@ def planned():
 
 
 @pytest.fixture
-def store(tmp_path):
-    return RunsStore(str(tmp_path / "runs.sqlite"))
+def store(store_url):
+    """A fresh store on SQLite and on PostgreSQL: plan's reads aggregate in the database."""
+    return RunsStore(store_url)
 
 
 def _measure(store: RunsStore, row, step_s: float, repeats: int = 1) -> None:
@@ -89,7 +90,8 @@ def test_too_few_runs_leave_the_estimates_uncalibrated_and_say_so(planned, store
     assert "1 completed run(s) on cpu (bundled), fewer than the 5 a calibration needs" in text
 
 
-def test_recommend_picks_the_layout_measured_fastest(store, monkeypatch):
+def test_recommend_picks_the_layout_measured_fastest(tmp_path, monkeypatch):
+    store = RunsStore(str(tmp_path / "runs.sqlite"))
     planned = plan(make_request("tiny-llama", 2, "cpu", **REQUEST))
     last = planned.fitting[-1]
     _measure(store, last, 0.001)
