@@ -26,8 +26,8 @@ def run_request_key(record: RunRecord) -> str:
 
 
 def layout_key(record: RunRecord) -> tuple:
-    """The layout as plan's rows tell layouts apart: structure, micro batch, sharding (recompute folds under it)."""
-    return (*record.layout.key, record.layout.sharding)
+    """A distinct layout, as calibration holds layouts out: structure, micro batch, sharding and recompute."""
+    return (*record.layout.key, record.layout.sharding, record.layout.recompute)
 
 
 def group_key(cluster: Optional[str], gpu_type: str, engine: str, release: Optional[str], moe: bool) -> str:
