@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "hardware": "service.cli.browse",
     "serve": "service.cli.serve",
     "train": "service.cli.train",
+    "tune": "service.cli.tune",
 }
 
 HELP = {
@@ -40,6 +41,7 @@ HELP = {
     "hardware": "list the bundled hardware cards",
     "serve": "run the HTTP service",
     "train": "launch the bundled trainer via torch.distributed.run",
+    "tune": "measure the best candidate layouts on your hardware, keep the fastest",
 }
 
 
