@@ -35,6 +35,9 @@ _COLLECTIVE_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|
                                  r"gloo.*Timed out|c10d.*timed out|DistNetworkError.*timed out", re.IGNORECASE)
 # Lines that are noise, not the error: the launcher's own summaries and tracebacks' frames.
 _ERROR_LINE = re.compile(r"(?:^|\s)(?:\w+\.)*\w*(?:Error|Exception)\b[:\s]|^error: |^RuntimeError|^\[rank\d+\]:.*Error")
+# What a surviving rank says when a peer died: the peer's own line is the cause (trainer.distributed.dist).
+_LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote process exited|"
+                        r"NCCL communicator was aborted")
 _NOISE = re.compile(r"^\s*(?:File \"|Traceback|\^|~)|ChildFailedError|error: trainer rank \d+|"
                     r"error: `recipe-advisor validate` finds|warning:")
 
@@ -63,9 +66,10 @@ def _clip(line: str) -> str:
 def last_error_line(log: str) -> Optional[str]:
     """The last line that states an error (an exception's message, an ``error:`` line), else the last line."""
     lines = [line.rstrip() for line in log.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if _ERROR_LINE.search(line.strip()) and not _NOISE.search(line):
-            return _clip(line.strip())
+    errors = [line for line in lines if _ERROR_LINE.search(line.strip()) and not _NOISE.search(line)]
+    causes = [line for line in errors if not _LOST_PEER.search(line)] or errors
+    if causes:
+        return _clip(causes[-1].strip())
     return _clip(lines[-1].strip()) if lines else None
 
 
