@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", []) or [])
     try:
         request = request_from_args(args, overrides)
-        prepared = prepare(request)
+        prepared = prepare(request, read_runs=False)
     except (*REQUEST_ERRORS, OverrideError) as err:
         return report_error(err)
     first, source = choose_layout(prepared.result, prepared.recipe, prepared.given)

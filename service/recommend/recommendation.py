@@ -29,7 +29,7 @@ from service.configs.changes import Change, diff, json_safe
 from service.estimate import constants as C
 from service.facts import Finding
 from service.plan.planner import make_request, plan
-from service.plan.provenance import calibration, row_dict
+from service.plan.provenance import plan_calibration, row_dict
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
 from service.plan.types import Plan, PlanError, PlannedLayout
 from service.recommend.automodel_emit import as_automodel, no_automodel_layout
@@ -40,6 +40,7 @@ from service.recommend.launch_commands import render_commands
 from service.recommend.layout_source import LayoutSource, alternatives, choose_layout
 from service.recommend.request_overrides import request_fields
 from service.request import MAX_SEQ_LENGTH, AdviceRequest, advice_request
+from service.runs.advice import reading_store, with_runs
 from service.validate.document import validate_text
 
 
@@ -86,7 +87,7 @@ class Recommendation:
             "layout": row_dict(self.plan, self.best),
             "layout_source": None if self.layout_source is None else self.layout_source.to_dict(),
             "alternatives": alternatives(self.plan, self.best),
-            "calibration": calibration(self.plan.request),
+            "calibration": plan_calibration(self.plan),
             "why_first": self.plan.why_first if self.best is self.plan.best else None,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
@@ -123,21 +124,25 @@ class Prepared:
     notes: list[str]
 
 
-def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor"
-                  ) -> Recommendation:
+def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor",
+                  runs_db: Optional[str] = None) -> Recommendation:
     """The recipe decision tree end to end (see module docstring), for the request both doors build.
     Raises UnknownHardwareError for an unknown GPU type, OverrideError for unusable overrides, PlanError for
     unusable values and Impossible when no layout on the given GPUs serves the request. Overrides of keys
     a request field sets (the sequence length, global batch, precision, GPU type, model) are that field
     (service.recommend.request_overrides). ``config_path``: the file the launch commands read. ``emit``:
-    ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit)."""
-    prepared = prepare(advice)
+    ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit). ``runs_db``:
+    the runs store whose measurements rank the layouts (service.runs.advice; default RECIPE_ADVISOR_DB or the
+    user's default store, when it exists)."""
+    prepared = prepare(advice, runs_db)
     best, source = choose_layout(prepared.result, prepared.recipe, prepared.given)
     return advise(prepared, best, source, config_path, emit)
 
 
-def prepare(advice: AdviceRequest) -> Prepared:
-    """Steps 1 and 2 of the decision tree: the recipe, its contract and the plan (raises as ``recommend_for``)."""
+def prepare(advice: AdviceRequest, runs_db: Optional[str] = None, *, read_runs: bool = True) -> Prepared:
+    """Steps 1 and 2 of the decision tree: the recipe, its contract and the plan, ranked with the measurements of
+    the runs store unless ``read_runs`` is False (tune: its candidates keep the estimates' order, so a second
+    tune asks for the same trials). Raises as ``recommend_for``."""
     card, gpus, nodes, goal, engine = advice.model, advice.gpus, advice.nodes, advice.goal, advice.engine
     given = request_fields(advice.overrides, {"gpu_type": advice.gpu_type, "seq_length": advice.seq_length,
                                               "precision": advice.precision,
@@ -152,7 +157,7 @@ def prepare(advice: AdviceRequest) -> Prepared:
 
     notes: list[str] = []
     recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
-    result = plan(request)
+    result = with_runs(plan(request), reading_store(runs_db)) if read_runs else plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
         peft_notes: list[str] = []
@@ -183,7 +188,8 @@ def advise(prepared: Prepared, best: PlannedLayout, source: Optional[LayoutSourc
                                 prepared.contract, base=prepared.base)
     text = _dump(config, recipe, notes)
     # About the layout and the estimates, not the config's header.
-    notes += [*([source.summary] if source else []), *result.notes, f"estimates calibrated on: {calibration(request)}"]
+    notes += [*([source.summary] if source else []), *result.notes,
+              f"estimates calibrated on: {plan_calibration(result)}"]
     report = validate_text(text, config_path)
     # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
     # convergence (the Bridge recipe, the FP8 recipe).

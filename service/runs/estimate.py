@@ -14,10 +14,9 @@ from service.estimate.steptime import StepTime
 from service.facts import Layout
 from service.plan.planner import make_request
 from service.plan.types import Estimators, PlanError
+from service.runs.keys import PLANNER_ENGINE
 from service.runs.schema import RunRecord
 
-# Which planner engine estimates a run of each engine: AutoModel trains with FSDP2, as the bundled trainer does.
-PLANNER_ENGINE = {"bundled": "bundled", "automodel": "bundled", "megatron": "megatron"}
 TERMS = ("compute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s", "optimizer_s",
          "moe_unattributed_s")
 

@@ -139,3 +139,28 @@ def from_megatron_log(log_path: Path, *, config: Optional[Path] = None, model: O
     except ValidationError as exc:
         raise from_validation(exc) from None
     return prepared(record)
+
+
+def from_json(path: Path) -> list[RunRecord]:
+    """Runs as `runs export` writes them (a list) or one run (an object), each checked as any way in checks it;
+    ids and recording times are the store's and are dropped."""
+    import json
+
+    from pydantic import ValidationError
+
+    from service.runs.errors import from_validation
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunInputError(str(path), f"not readable JSON ({exc})", "pass a file `runs export` wrote") from None
+    items = data if isinstance(data, list) else [data]
+    records = []
+    for index, item in enumerate(items):
+        if isinstance(item, dict):
+            item = {k: v for k, v in item.items() if k not in ("id", "recorded_at")}
+        try:
+            records.append(prepared(RunRecord.model_validate(item)))
+        except ValidationError as exc:
+            raise from_validation(exc, prefix=f"{path}[{index}].") from None
+    return records

@@ -22,6 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from service.runs.keys import run_request_key
 from service.runs.migrate import upgrade_to_head
 from service.runs.schema import RunRecord, utcnow
 
@@ -44,10 +45,20 @@ runs_table = sa.Table(
     sa.Column("record", sa.Text, nullable=False),
     sa.Column("release", sa.String(4096)),
     sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("request_key", sa.String(32)),
+)
+calibrations_table = sa.Table(
+    "calibrations", metadata,
+    sa.Column("group_key", sa.String(1024), primary_key=True),
+    sa.Column("runs", sa.Integer, nullable=False),
+    sa.Column("newest_run_id", sa.Integer, nullable=False),
+    sa.Column("fitted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
 )
 
 # query() filters: keyword -> column
-FILTERS = ("model", "gpu_type", "engine", "team", "cluster", "config_hash", "outcome", "release", "source")
+FILTERS = ("model", "gpu_type", "engine", "team", "cluster", "config_hash", "outcome", "release", "source",
+           "request_key")
 
 
 class StoreError(RuntimeError):
@@ -114,7 +125,7 @@ def _row_values(record: RunRecord, key: str) -> dict:
     return {"content_key": key, "recorded_at": record.recorded_at, "model": r.model, "gpu_type": r.gpu_type,
             "engine": p.engine, "team": p.team, "cluster": p.cluster, "config_hash": record.config_hash,
             "outcome": record.outcome, "release": p.release, "source": p.source,
-            "record": record.model_dump_json(exclude={"id"})}
+            "request_key": run_request_key(record), "record": record.model_dump_json(exclude={"id"})}
 
 
 def _from_row(row) -> RunRecord:
@@ -190,17 +201,40 @@ class RunsStore:
             return [_from_row(row) for row in conn.execute(stmt)]
 
     def count(self, **filters: Optional[str]) -> int:
-        stmt = sa.select(sa.func.count()).select_from(runs_table)
+        return self.count_and_newest(**filters)[0]
+
+    def count_and_newest(self, **filters: Optional[str]) -> tuple[int, int]:
+        """How many runs match, and the newest one's id (0 when none): what a cached calibration is checked by."""
+        stmt = sa.select(sa.func.count(), sa.func.max(runs_table.c.id)).select_from(runs_table)
         for name, value in filters.items():
             if value is not None:
                 stmt = stmt.where(runs_table.c[name] == value)
         with self.engine.connect() as conn:
-            return conn.execute(stmt).scalar_one()
+            count, newest = conn.execute(stmt).one()
+        return count, newest or 0
+
+    def cached_calibration(self, group: str, runs: int, newest_run_id: int) -> Optional[dict]:
+        """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None."""
+        stmt = sa.select(calibrations_table.c.payload).where(
+            calibrations_table.c.group_key == group, calibrations_table.c.runs == runs,
+            calibrations_table.c.newest_run_id == newest_run_id)
+        with self.engine.connect() as conn:
+            payload = conn.execute(stmt).scalar()
+        return json.loads(payload) if payload is not None else None
+
+    def keep_calibration(self, group: str, runs: int, newest_run_id: int, payload: dict) -> None:
+        values = {"runs": runs, "newest_run_id": newest_run_id, "fitted_at": utcnow(), "payload": json.dumps(payload)}
+        with self._writing() as conn:
+            conn.execute(calibrations_table.delete().where(calibrations_table.c.group_key == group))
+            conn.execute(calibrations_table.insert().values(group_key=group, **values))
 
     def delete(self, run_id: int) -> bool:
         """Remove one run; False when no run has that id."""
         with self._writing() as conn:
-            return conn.execute(runs_table.delete().where(runs_table.c.id == run_id)).rowcount > 0
+            gone = conn.execute(runs_table.delete().where(runs_table.c.id == run_id)).rowcount > 0
+            if gone:  # a later run may take the deleted id: a calibration is not checked by ids alone
+                conn.execute(calibrations_table.delete())
+            return gone
 
     def export_json(self, **filters: Optional[str]) -> str:
         """Every run (or those matching ``filters``) as a JSON list, oldest first: what ``runs export`` writes."""

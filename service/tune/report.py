@@ -8,6 +8,8 @@ from typing import Optional
 
 from service.tune.search import TrialResult, TuneResult
 
+MAX_SKIPPED_SHOWN = 6
+
 
 def pair_agreement(results: list[TrialResult]) -> tuple[int, int]:
     """(pairs of measured trials the estimate orders as measured, pairs compared)."""
@@ -72,10 +74,18 @@ def format_text(result: TuneResult) -> str:
                      f"{_versus_first(result)}")
     lines.append(f"{len(result.results)} trial(s), {sum(r.from_store for r in result.results)} from the store; "
                  f"{result.stop_reason}; {result.wall_s:.0f} s")
-    if result.candidates.skipped:
-        lines.append("not run:")
-        lines += [f"  {s.label}: {s.reason}" for s in result.candidates.skipped]
+    lines += skipped_lines(result.candidates.skipped)
     return "\n".join(lines)
+
+
+def skipped_lines(skipped: list, limit: int = MAX_SKIPPED_SHOWN) -> list[str]:
+    """The layouts not run, with their reasons: the first ``limit`` (--format json lists them all)."""
+    if not skipped:
+        return []
+    lines = ["not run:"] + [f"  {s.label}: {s.reason}" for s in skipped[:limit]]
+    if len(skipped) > limit:
+        lines.append(f"  ... and {len(skipped) - limit} more (--format json lists them all)")
+    return lines
 
 
 def trial_dict(r: TrialResult) -> dict:

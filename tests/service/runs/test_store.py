@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from service.runs.migrate import current_revision, head_revision, upgrade_to
-from service.runs.schema import RunRecord, config_hash
-from service.runs.store import DB_ENV, RunsStore, make_engine, resolve_url, runs_table
+from service.runs.schema import RunRecord, config_hash, utcnow
+from service.runs.store import DB_ENV, RunsStore, _row_values, make_engine, resolve_url, runs_table
 from tests.paths import REPO
 from tests.service.runs.writer import tiny_run
 
@@ -119,20 +119,20 @@ def test_migrations_upgrade_an_empty_database(store_url):
     assert current_revision(engine) == head_revision()
 
 
-def test_migrations_upgrade_the_previous_revision_keeping_its_runs(store_url):
+@pytest.mark.parametrize("previous", ["r0001", "r0002"])
+def test_migrations_upgrade_a_previous_revision_keeping_its_runs(store_url, previous):
     engine = make_engine(store_url)
-    upgrade_to(engine, "r0001")
+    upgrade_to(engine, previous)
     old = tiny_run(7).model_copy(update={"provenance": tiny_run(7).provenance.model_copy(
         update={"release": "25.09", "cluster": "eos"})})
-    row = {"content_key": old.content_key(), "recorded_at": sa.func.now(), "model": "tiny-llama", "gpu_type": "cpu",
-           "engine": "bundled", "team": None, "cluster": "eos", "config_hash": None, "outcome": "completed",
-           "record": old.model_dump_json(exclude={"id"})}
-    v1 = sa.table("runs", *(sa.column(name) for name in row))
+    table = sa.Table("runs", sa.MetaData(), autoload_with=engine)
+    row = {**_row_values(old.model_copy(update={"recorded_at": utcnow()}), old.content_key())}
     with engine.begin() as conn:
-        conn.execute(v1.insert().values(**row))
+        conn.execute(table.insert().values(**{k: v for k, v in row.items() if k in table.c}))
     store = RunsStore(store_url)
-    assert current_revision(engine) == head_revision() != "r0001"
+    assert current_revision(engine) == head_revision() != previous
     assert [r.provenance.release for r in store.query(release="25.09", source="yours")] == ["25.09"]
+    assert [r.id for r in store.query(request_key=row["request_key"])] == [1]
     assert store.add(old) == (1, False)
 
 

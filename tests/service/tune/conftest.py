@@ -13,7 +13,7 @@ from service.tune.runner import TrialRun
 
 
 def tuned_request(model="tiny-llama", **fields):
-    prepared = prepare(advice_request(model, 2, "cpu", goal="pretrain", engine="bundled", **fields))
+    prepared = prepare(advice_request(model, 2, "cpu", goal="pretrain", engine="bundled", **fields), read_runs=False)
     first, source = choose_layout(prepared.result, prepared.recipe, prepared.given)
     return prepared, select_candidates(prepared.result, first, source.summary, compiled=False)
 
