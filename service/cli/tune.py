@@ -54,7 +54,6 @@ def add_parser(subparsers, name: str) -> None:
                    help="cap each trial process's address space (RLIMIT_AS): a layout that needs more fails as "
                         "out of memory, as on a smaller GPU")
     p.add_argument("--workdir", help="folder of the trial folders (default tune-<model>-<N>x<gpu>)")
-    p.add_argument("--db", help="runs store URL or SQLite path (default RECIPE_ADVISOR_DB, else the user's store)")
     p.add_argument("--no-store", action="store_true", help="neither reuse nor record trials")
     p.add_argument("--emit-sweep", metavar="DIR",
                    help="write the trials as a sweep to run elsewhere (configs, torchrun commands, a Slurm array) "
