@@ -95,7 +95,7 @@ def trial_dict(r: TrialResult) -> dict:
             "measurement": {k: v for k, v in r.measurement.items() if k != "loss_curve"},
             "outcome": r.ending.outcome, "detail": r.ending.detail, "from_store": r.from_store,
             "run_id": r.run_id, "log_path": r.log_path,
-            "launch_to_first_step_s": None if r.first_step_s is None else round(r.first_step_s, 2),
+            "launch_to_first_timed_step_s": None if r.first_step_s is None else round(r.first_step_s, 2),
             "wall_s": None if r.wall_s is None else round(r.wall_s, 2)}
 
 

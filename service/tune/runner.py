@@ -33,6 +33,7 @@ class TrialSpec:
     timeout_s: float
     memory_cap_bytes: Optional[int] = None
     env: dict[str, str] = field(default_factory=dict)
+    warmup: int = 0  # logged steps before the first timed one
 
     @property
     def log_path(self) -> Path:
@@ -51,6 +52,7 @@ class TrialRun:
     wall_s: float
     first_step_s: Optional[float]  # from launch to the first logged step (None: no step logged)
     command: list[str] = field(default_factory=list)
+    first_timed_step_s: Optional[float] = None  # from launch to the end of the first step after the warm-up
 
 
 class Runner(Protocol):
@@ -144,11 +146,12 @@ def _child_setup(cap: Optional[int]) -> Callable[[], None]:
     return preexec
 
 
-def _has_step(path: Path) -> bool:
+def _steps_logged(path: Path) -> int:
     try:
-        return path.stat().st_size > 0
+        with open(path, "rb") as fh:
+            return fh.read().count(b"\n")
     except OSError:
-        return False
+        return 0
 
 
 def run_trial(spec: TrialSpec, command: Optional[list[str]] = None) -> TrialRun:
@@ -158,7 +161,7 @@ def run_trial(spec: TrialSpec, command: Optional[list[str]] = None) -> TrialRun:
     spec.folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env}
     start = time.monotonic()
-    first_step = None
+    first_step = first_timed = None
     timed_out = False
     with open(spec.log_path, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -167,8 +170,10 @@ def run_trial(spec: TrialSpec, command: Optional[list[str]] = None) -> TrialRun:
         try:
             while proc.poll() is None:
                 elapsed = time.monotonic() - start
-                if first_step is None and _has_step(spec.metrics_path):
-                    first_step = elapsed
+                if first_timed is None:
+                    logged = _steps_logged(spec.metrics_path)
+                    first_step = elapsed if first_step is None and logged else first_step
+                    first_timed = elapsed if logged > spec.warmup else None
                 if elapsed > spec.timeout_s:
                     timed_out = True
                     kill_tree(proc)
@@ -177,8 +182,9 @@ def run_trial(spec: TrialSpec, command: Optional[list[str]] = None) -> TrialRun:
         except BaseException:  # Ctrl-C or a kill of tune: nothing of the trial outlives it
             kill_tree(proc)
             raise
-    if first_step is None and _has_step(spec.metrics_path):
+    if first_step is None and _steps_logged(spec.metrics_path):
         first_step = time.monotonic() - start
     text = spec.log_path.read_text(encoding="utf-8", errors="replace")
     return TrialRun(exit_code=None if timed_out else proc.returncode, timed_out=timed_out, log=text,
-                    wall_s=time.monotonic() - start, first_step_s=first_step, command=command)
+                    wall_s=time.monotonic() - start, first_step_s=first_step, command=command,
+                    first_timed_step_s=first_timed)

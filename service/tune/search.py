@@ -58,7 +58,7 @@ class TrialResult:
     config: CandidateConfig
     ending: Ending
     measurement: dict = field(default_factory=dict)
-    first_step_s: Optional[float] = None
+    first_step_s: Optional[float] = None  # launch to the first timed step (after the warm-up)
     wall_s: Optional[float] = None
     log_path: Optional[str] = None
     run_id: Optional[int] = None
@@ -172,7 +172,8 @@ class Tuner:
         folder.mkdir(parents=True)
         (folder / TRIAL_CONFIG).write_text(text, encoding="utf-8")
         spec = TrialSpec(config=folder / TRIAL_CONFIG, folder=folder, nproc_per_node=self.request.gpus_per_node,
-                         timeout_s=timeout_s, memory_cap_bytes=self.options.memory_cap_bytes, env=dict(RECORD_ENV))
+                         timeout_s=timeout_s, memory_cap_bytes=self.options.memory_cap_bytes, env=dict(RECORD_ENV),
+                         warmup=self.options.warmup)
         run: TrialRun = self.runner(spec)
         records = []
         if spec.metrics_path.is_file():
@@ -186,7 +187,7 @@ class Tuner:
                                                    / self.request.world_size)
         ending = classify(run.exit_code, run.log, timed_out=run.timed_out, timeout_s=timeout_s,
                           measured=bool(measurement.get("step_time_s")))
-        result = TrialResult(index, cfg.candidate, cfg, ending, measurement, run.first_step_s, run.wall_s,
+        result = TrialResult(index, cfg.candidate, cfg, ending, measurement, run.first_timed_step_s, run.wall_s,
                              str(spec.log_path))
         result.run_id = self._record(result, text, run.command)
         return result

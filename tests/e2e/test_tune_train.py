@@ -71,7 +71,7 @@ def test_tune_killed_mid_trial_resumes_and_its_pick_validates_and_trains(tmp_pat
     by_index = {t["index"]: t for t in answer["trials"]}
     assert by_index[1]["from_store"] and not by_index[2]["from_store"]  # only the missing trial ran
     assert all(t["outcome"] == "completed" for t in answer["trials"])
-    assert by_index[2]["launch_to_first_step_s"] > 0
+    assert by_index[2]["launch_to_first_timed_step_s"] > 0
     best = tmp_path / "best.yaml"
     assert best.read_text().startswith("# Measured by `recipe-advisor tune`")
     measured = answer["best"]["measured_tokens_per_s_per_gpu"]

@@ -48,4 +48,5 @@ class FakeTrainer:
                 tps = self.speed(layout) * (0.3 if step == 1 else 1.0)  # a slow first step: the warm-up
                 fh.write(json.dumps({"step": step, "epoch": 0, "loss": 6.0 - 0.01 * step, "grad_norm": 1.0,
                                      "lr": 1e-3, "mem": 0.3, "tps": tps, "mfu": None}) + "\n")
-        return TrialRun(exit_code=0, timed_out=False, log="", wall_s=1.0, first_step_s=0.5, command=["fake"])
+        return TrialRun(exit_code=0, timed_out=False, log="", wall_s=1.0, first_step_s=0.5, command=["fake"],
+                        first_timed_step_s=0.6)
