@@ -104,6 +104,22 @@ def timed_steps(records: list[dict], warmup: int, tokens_per_step: int) -> dict:
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None}
 
 
+def trial_text(cfg: CandidateConfig, steps: int, warmup: int) -> str:
+    """The trial config of a candidate, as written to its folder and hashed to find it in the store."""
+    return dump(trial_config(cfg.config, steps=steps, warmup=warmup),
+                [f"# tune trial of {cfg.candidate.label}: {warmup} warm-up + {steps} timed steps"])
+
+
+def stored_trial(store, text: str, software: dict) -> Optional[RunRecord]:
+    """The stored trial of this trial config run with this software, if any (the newest)."""
+    if store is None:
+        return None
+    for record in store.query(config_hash=config_hash(text), engine="bundled"):
+        if record.provenance.software == software:
+            return record
+    return None
+
+
 class Tuner:
     """One tune of one prepared request (see module docstring). ``runner`` runs a trial (tests inject one);
     ``store`` is a RunsStore or None (nothing reused, nothing recorded); ``progress`` gets one line per event."""
@@ -121,17 +137,10 @@ class Tuner:
         return self.request.global_batch_size * self.request.seq_length
 
     def _trial_text(self, cfg: CandidateConfig) -> str:
-        trial = trial_config(cfg.config, steps=self.options.steps, warmup=self.options.warmup)
-        return dump(trial, [f"# tune trial of {cfg.candidate.label}: {self.options.warmup} warm-up + "
-                            f"{self.options.steps} timed steps"])
+        return trial_text(cfg, self.options.steps, self.options.warmup)
 
     def _stored(self, text: str) -> Optional[RunRecord]:
-        if self.store is None:
-            return None
-        for record in self.store.query(config_hash=config_hash(text), engine="bundled"):
-            if record.provenance.software == self.software:
-                return record
-        return None
+        return stored_trial(self.store, text, self.software)
 
     def _record(self, result: TrialResult, text: str, command: list[str]) -> Optional[int]:
         if self.store is None:
