@@ -32,7 +32,7 @@ def tune_view(prepared, advice, candidates: Candidates, *, trials: int, steps: i
     for index, candidate in enumerate(candidates.trials[:trials], 1):
         measured: Optional[float] = None
         outcome = detail = None
-        if prepared.engine == "bundled":
+        if prepared.engine == "bundled" and store is not None:
             record = stored_trial(store, trial_text(candidate_config(prepared, candidate), steps, warmup), software)
             if record is not None:
                 outcome, detail = record.outcome, record.outcome_detail
