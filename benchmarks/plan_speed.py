@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.estimate.memory import estimate_memory, model_shape, usable_memory_gib  # noqa: E402
 from service.estimate.steptime import estimate_step_time  # noqa: E402
 from service.facts import Layout  # noqa: E402
+from service.layouts.bridge_tables import explicit_layouts  # noqa: E402
 from service.plan.planner import facts_for, make_request, plan  # noqa: E402
 from service.plan.search_space import micro_batch_sizes, recomputes, shardings, structures  # noqa: E402
 from service.validate.checks import check_layout  # noqa: E402
-from service.validate.rules.layout import explicit_layouts  # noqa: E402
 
 CASES = [("deepseek-v3", 1024, "h100", 4096, 8192), ("llama3-70b", 64, "h100", 8192, 128)]
 

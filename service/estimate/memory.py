@@ -48,7 +48,7 @@ from service.estimate import constants as C
 # The per-model view lives in service.estimate.memory_shape; its names are part of this module's interface.
 from service.estimate.memory_shape import ActivationBytes, ModelShape, adapter_params, model_shape  # noqa: F401
 from service.facts import Layout
-from service.validate.rules.sizes import stage_split
+from service.layouts.arithmetic import stage_split
 
 SHARDINGS = ("none", "optimizer", "full")  # ZeRO-0 (DDP), ZeRO-1 (distributed optimizer), ZeRO-3 (FSDP)
 ENGINES = ("megatron", "bundled")

@@ -48,7 +48,7 @@ from service.estimate.flops import ATTENTION_CAUSAL_FRACTION, gemm_passes, model
 from service.estimate.memory import ModelShape, adapter_params
 from service.estimate.mfu_ceiling import mfu_ceiling
 from service.facts import Layout
-from service.validate.rules.sizes import stage_split
+from service.layouts.arithmetic import stage_split
 
 
 def pipeline_bubble(pp: int, vp: int, microbatches: int) -> float:

@@ -22,11 +22,11 @@ from recipe_index.cards import HardwareCard, ModelCard
 from service.estimate import constants as C
 from service.estimate.memory import GRAD_REDUCE_DTYPES, model_shape, usable_memory_gib
 from service.facts import Facts, Finding, Layout, split_world
+from service.layouts.bridge_tables import explicit_layouts, megatron_fsdp_with_pp
 from service.plan.ranking import rank, why_first
 from service.plan.search_space import micro_batch_sizes, needs_explicit_layout, recomputes, shardings, structures
 from service.plan.types import ENGINES, GOALS, Estimators, Plan, PlanError, PlannedLayout, PlanRequest, with_micro_batch
 from service.validate.checks import check_layout
-from service.validate.rules.layout import explicit_layouts, megatron_fsdp_with_pp
 from service.validate.rules.precision import FP8_RECIPES, PRECISION_CHOICES, split_precision
 from trainer.contract.capabilities import CAPABILITIES, supports_precision
 from trainer.contract.config import MIN_SEQ_LENGTH

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional
 
 from service.estimate import constants as C
-from service.validate.rules.layout import is_megatron_fsdp
+from service.layouts.bridge_tables import is_megatron_fsdp
 
 if TYPE_CHECKING:
     from service.facts import Layout

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Iterator, Optional
 from service.estimate import constants as C
 from service.estimate.memory import ModelShape
 from service.facts import Layout
-from service.validate.rules.layout import explicit_layouts, megatron_split, sequence_parallel_splits
-from service.validate.rules.sizes import divisors
+from service.layouts.arithmetic import divisors, megatron_split, sequence_parallel_splits
+from service.layouts.bridge_tables import explicit_layouts
 from trainer.contract.capabilities import CAPABILITIES
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from service.estimate.memory import (
 )
 from service.estimate.steptime import StepTime, StepTimeModel, calibration_note
 from service.facts import Finding, Layout, split_world, with_fix
-from service.validate.rules.layout import explicit_layouts, needs_unwritten_layout
+from service.layouts.bridge_tables import explicit_layouts, needs_unwritten_layout
 from trainer.contract.fast_paths import default_fast_paths
 
 ENGINES = ("megatron", "bundled")

@@ -35,7 +35,7 @@ from service.configs.bridge_keys import UNRECORDED
 from service.configs.change_values import same_value
 from service.configs.changes import MISSING, Change, diff, effective, flatten, is_parallel_layout_key
 from service.facts import Finding
-from service.validate.rules.layout import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
+from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
 from service.validate.rules.precision import fp8_recipe_of
 from trainer.contract.dotted import get_dotted as _get
 

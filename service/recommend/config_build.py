@@ -19,6 +19,8 @@ from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service.configs.changes import diff, effective
 from service.configs.yamlio import OverrideError, load_yaml, with_overrides
+from service.layouts.arithmetic import PIPELINE_SPLIT_KEYS, megatron_split_settings, split_problem
+from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES, explicit_layouts
 from service.plan.search_space import needs_explicit_layout
 from service.plan.types import PlannedLayout, PlanRequest
 from service.recommend.launch_commands import DATASET_PRESET
@@ -26,9 +28,7 @@ from service.recommend.recipe_choice import model_name
 from service.recommend.request_overrides import COUNT_KEYS, REQUEST_KEYS
 from service.request import Override
 from service.validate.rules.data_rules import TOKENIZING_DATASETS, mock_sample_count
-from service.validate.rules.layout import PIPELINE_LAYOUT_TABLES, PIPELINE_SPLIT_KEYS, explicit_layouts, split_problem
 from service.validate.rules.precision import precision_of_token
-from service.validate.rules.sizes import megatron_split_settings
 from trainer.contract.builders import PROJECT_ROOT
 from trainer.contract.dotted import NotASection, set_dotted
 from trainer.contract.dotted import get_dotted as _get

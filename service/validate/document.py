@@ -18,11 +18,11 @@ from recipe_index.cards import HardwareCard, ModelCard
 from recipe_index.known_issues import KNOWN_ISSUES
 from service.configs.yamlio import Document, YamlError, load_yaml, read_file
 from service.facts import Facts, Finding, Layout, split_world
+from service.layouts.arithmetic import PIPELINE_SPLIT_KEYS
 from service.validate.automodel.dialect import AUTO, AUTOMODEL, detect
 from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
-from service.validate.rules.layout import PIPELINE_SPLIT_KEYS
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
 from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head

@@ -11,7 +11,8 @@ The rules:
 - the HTTP service and the CLI are two front ends of one service: neither imports the other;
 - no import cycle inside a package (a cycle makes the import order decide what is defined);
 - the recipe index at run time never imports its build-time generator;
-- the service's top level stays a handful of shared modules; everything else lives in a subpackage.
+- the service's top level stays a handful of shared modules; everything else lives in a subpackage;
+- the estimates and the layout arithmetic sit below the rules: they never import ``service.validate``.
 """
 
 from __future__ import annotations
@@ -149,6 +150,15 @@ def test_the_http_service_and_the_cli_do_not_import_each_other(importer, importe
     found = [imp for imp in _imports_from(importer) if _is_within(imp.target, imported)]
     assert not found, (f"{importer.replace('.', '/')}/ must not import {imported.replace('.', '/')}/ (what both "
                        "need belongs in a package below them):\n" + _offending(found))
+
+
+# ----------------------------------------------------------------------------------------- layers
+
+@pytest.mark.parametrize("package", ["service.estimate", "service.layouts"])
+def test_the_estimates_and_the_layout_arithmetic_do_not_import_the_rules(package):
+    found = [imp for imp in _imports_from(package) if _is_within(imp.target, "service.validate")]
+    assert not found, (f"{package.replace('.', '/')}/ sits below the rules: what both need (divisors, the pipeline "
+                       "split) lives in service/layouts/:\n" + _offending(found))
 
 
 # ----------------------------------------------------------------------------------------- cycles

@@ -11,10 +11,10 @@ from __future__ import annotations
 from math import gcd
 from typing import Iterator, Optional
 
+from service.layouts.arithmetic import divisors
 from service.validate.automodel.facts import section
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
-from service.validate.rules.sizes import divisors
 
 _SOURCE = "AutoModel "
 

@@ -7,15 +7,20 @@ prunes with the same code.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from math import lcm
 from typing import Optional
 
-from recipe_index import list_recipes
 from service.estimate.constants import LONG_CONTEXT
 from service.facts import Facts
+from service.layouts.arithmetic import divisors, megatron_split, sequence_parallel_splits, split_problem
+from service.layouts.bridge_tables import (
+    PIPELINE_LAYOUT_TABLES,
+    megatron_fsdp_with_pp,
+    needs_unwritten_layout,
+    pipeline_pair_refused,
+)
 from service.validate.rules.registry import Violation, layout_rule
-from service.validate.rules.sizes import bundled, cp_sizes, divisors, larger_tp, megatron_split, tp_domain
+from service.validate.rules.sizes import bundled, cp_sizes, larger_tp, tp_domain
 
 
 @layout_rule("RA-L001", "error", "distributed.tp_size", "TP divides the attention heads",
@@ -76,12 +81,6 @@ def sp_with_tp(f: Facts) -> Optional[Violation]:
         return Violation(f"tp_size={f.layout.tp} without sequence_parallel keeps redundant activation copies",
                          "set distributed.sequence_parallel: true")
     return None
-
-
-def sequence_parallel_splits(seq: int, tp: int, cp: int) -> bool:
-    """Whether sequence parallelism can split this sequence: CP leaves each rank 1/CP of it, and SP
-    scatters that share evenly over the TP ranks."""
-    return tp == 1 or seq % (tp * cp) == 0
 
 
 @layout_rule("RA-L018", "error", "dataset.seq_length", "SP splits the sequence over TP",
@@ -153,38 +152,6 @@ def vp_needs_pp(f: Facts) -> Optional[Violation]:
     if f.layout.vp and f.layout.vp > 1 and f.layout.pp == 1:
         return Violation(f"vp_size={f.layout.vp} with pp_size=1: virtual pipeline stages need a pipeline",
                          "remove distributed.vp_size, or set distributed.pp_size > 1")
-    return None
-
-
-# Megatron's settings for an uneven pipeline split (Megatron Bridge, 3b), which a config writes under `model`.
-PIPELINE_SPLIT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-                       "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
-
-
-def split_problem(layers: int, pp: int, vp: int, split: dict) -> Optional[str]:
-    """Why Megatron's split settings in ``split`` do not place ``layers`` on PP x VP, or None when they do.
-    Megatron-Core's TransformerConfig: first/last stage sizes are whole numbers above 0, not combined with
-    the embedding/loss accounting; every rank's layers divide by VP; the middle stages are even (counting
-    the embedding and the loss as a layer each where asked)."""
-    edges = {k: split[k] for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
-             if split.get(k) is not None}
-    accounting = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-                  if split.get(k)]
-    if edges and accounting:
-        return f"{' and '.join(edges)} cannot be set together with {' or '.join(accounting)} (Megatron refuses both)"
-    for key, count in edges.items():
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            return f"{key} must be a whole number above 0, got {count!r}"
-        if count % vp:
-            return f"{key}={count} does not divide by VP={vp} (each rank's layers split into VP chunks)"
-    middle_stages = pp - len(edges)
-    rest = layers + len(accounting) - sum(edges.values())
-    if middle_stages == 0:
-        return None if rest == 0 else f"the first and last stages hold {sum(edges.values())} of {layers} layers"
-    if rest <= 0 or rest % middle_stages or (rest // middle_stages) % vp:
-        counted = f" (embedding and loss counted: {len(accounting)})" if accounting else ""
-        return (f"{rest} layers left for {middle_stages} stage(s){counted} do not split evenly in chunks of "
-                f"VP={vp}")
     return None
 
 
@@ -322,51 +289,6 @@ def _long_context_steps(f: Facts) -> list[str]:
     return steps
 
 
-# Recipes whose layout builder knows only a fixed table of (PP, VP) pairs (Megatron Bridge, 3g,
-# recipes/<family>/h100/*.py), keyed by the index's model id. The builders raise ValueError for another
-# pair, except DeepSeek-V3's and GLM-4.5V's setters, which leave the layout unset (Megatron's own split
-# rules apply: LAYOUT_TABLE_FALLS_BACK).
-PIPELINE_LAYOUT_TABLES = {
-    "deepseek-v3": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)}),
-    "kimi-k2": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}),
-    "kimi-k25-vl": frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}),
-    "olmoe-7b": frozenset({(1, 1), (2, 1), (4, 1), (2, 2)}),
-    "moonlight-16b": frozenset({(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2)}),
-    "glm-45v": frozenset({(4, 1), (8, 1), (16, 1)}),
-}
-LAYOUT_TABLE_FALLS_BACK = frozenset({"deepseek-v3", "glm-45v"})  # their setters leave the layout unset
-
-
-def pipeline_pair_refused(model_id: str, pp: int, vp: int) -> bool:
-    """Whether the model's Bridge library recipe raises for this pipeline (PP > 1 outside its table)."""
-    table = PIPELINE_LAYOUT_TABLES.get(model_id)
-    return (table is not None and model_id not in LAYOUT_TABLE_FALLS_BACK and pp > 1
-            and (pp, vp) not in table)
-
-
-def needs_unwritten_layout(model_id: str, layers: int, pp: int, vp: int) -> bool:
-    """Whether `run_recipe.py --recipe` cannot run this pipeline as `recommend` writes it: the library
-    recipe raises for the pair, or leaves the layout unset where the layers do not split evenly (a
-    layout string, or first/last-stage sizes, would be needed, which no key=value override carries)."""
-    table = PIPELINE_LAYOUT_TABLES.get(model_id)
-    if table is None or pp == 1 or (pp, vp) in table:
-        return False
-    return pipeline_pair_refused(model_id, pp, vp) or layers % (pp * vp) != 0
-
-
-@lru_cache(maxsize=256)
-def explicit_layouts(model_id: str) -> bool:
-    """Whether the model's Megatron recipes place layers with an explicit pipeline layout (their
-    layout builders accept uneven PP x VP splits: Megatron Bridge, section 3g). Such a layout
-    string balances the embedding and the loss with the decoder layers, so the memory and step-time
-    models size its stages evenly (``explicit_layout``); NVIDIA's performance recipes write one for
-    any (PP, VP), the library recipes only for the pairs of their table (RA-L019)."""
-    for entry in list_recipes(kind="library") + list_recipes(kind="benchmark"):
-        if entry.model == model_id and "pipeline_layout:" in entry.path.read_text(encoding="utf-8"):
-            return True
-    return False
-
-
 def table_pairs(f: Facts) -> list[tuple[int, int]]:
     """The (PP, VP) pairs > 1 of the model's Bridge layout table that this world holds with the layout's
     TP, CP, EP and ETP (what RA-L011 and RA-L019 offer)."""
@@ -397,17 +319,6 @@ def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
                      f"builds its pipeline layout from a fixed table of (PP, VP) pairs and {outcome}",
                      f"use a (pp_size, vp_size) pair from {table} or pp_size: 1, or give Bridge "
                      "model.pipeline_model_parallel_layout (a layout string) yourself")
-
-
-def is_megatron_fsdp(strategy: str, sharding: Optional[str]) -> bool:
-    """Megatron-FSDP: the training state sharded in full ("full") under strategy megatron."""
-    return strategy == "megatron" and sharding == "full"
-
-
-def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bool:
-    """Megatron-FSDP together with pipeline stages; the planner never offers it, RA-L017 warns on configs
-    that ask for it."""
-    return is_megatron_fsdp(strategy, sharding) and pp > 1
 
 
 # Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open

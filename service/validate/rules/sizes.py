@@ -9,33 +9,14 @@ runs (``trainer/contract/capabilities.py`` for the bundled strategies; Megatron 
 
 from __future__ import annotations
 
-from functools import lru_cache
-from math import isqrt
 from typing import Optional
 
 from service.facts import Facts
+from service.layouts.arithmetic import divisors, megatron_split
 from trainer.contract.capabilities import CAPABILITIES, supports_precision
-
-# The split itself lives with the trainer, which cuts its pipeline stages there; re-exported for the rules.
-from trainer.contract.pipeline_split import megatron_split_settings, stage_split  # noqa: F401
 
 BUNDLED = ("fsdp2", "ddp")
 CP_SIZES = (2, 4, 8)  # long context -> CP 2, 4 or 8
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of ``n``, ascending."""
-    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-@lru_cache(maxsize=4096)
-def megatron_split(layers: int, pp: int, vp: int) -> Optional[str]:
-    """:func:`megatron_split_settings` as RA-L011's fix writes them (``a=true and b=true``), or None."""
-    settings = megatron_split_settings(layers, pp, vp)
-    if settings is None:
-        return None
-    return " and ".join(f"{key}={str(value).lower()}" for key, value in settings.items())
 
 
 def bundled(f: Facts) -> bool:

@@ -10,8 +10,8 @@ from service.estimate import constants as C
 from service.estimate.memory import MemoryModel, model_shape
 from service.estimate.steptime import StepTimeModel
 from service.facts import Layout
+from service.layouts.arithmetic import stage_split
 from service.plan.planner import make_request, plan
-from service.validate.rules.sizes import stage_split
 
 GIB = 1024 ** 3
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from service.cli.app import main
+from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
 from service.plan.planner import make_request, plan
-from service.validate.rules.layout import PIPELINE_LAYOUT_TABLES, needs_unwritten_layout
 
 
 @pytest.fixture(scope="module")

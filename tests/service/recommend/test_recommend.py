@@ -369,8 +369,8 @@ def test_recommend_applies_the_plans_first_layout(model, gpus, gpu_type, goal, s
 @pytest.mark.parametrize("model, gpus", [("kimi-k2", 512), ("moonlight-16b", 64)])
 def test_recommend_prefers_a_pipeline_the_library_recipe_can_launch(model, gpus):
     """Kimi K2 on 512 H100 was recommended at PP 32, which its recipe's builder refuses."""
+    from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES
     from service.recommend.recommendation import recommend
-    from service.validate.rules.layout import PIPELINE_LAYOUT_TABLES
 
     rec = recommend(model, gpus, "h100")
     lay = rec.best.layout

@@ -42,7 +42,7 @@ def _megatron(model: str, pp: int, vp=None, gpus: int = 512) -> str:
 
 @pytest.mark.parametrize("model", ["kimi-k2", "deepseek-v3", "moonlight-16b"])
 def test_every_pair_ra_l019_offers_passes_ra_l011(model):
-    from service.validate.rules.layout import PIPELINE_LAYOUT_TABLES
+    from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES
 
     for pp, vp in sorted(PIPELINE_LAYOUT_TABLES[model]):
         if pp > 1:
@@ -125,7 +125,7 @@ def test_an_uneven_pipeline_outside_a_falling_back_table_is_said():
 @pytest.mark.parametrize("layers, pp, vp, first, last", [(92, 8, 1, 10, 10), (61, 16, 1, 2, 3), (100, 6, 2, 14, 14)])
 def test_the_uneven_split_offered_is_the_most_balanced(layers, pp, vp, first, last):
     # The first split found put 15 layers on each middle stage of 92 over PP 8.
-    from service.validate.rules.sizes import megatron_split
+    from service.layouts.arithmetic import megatron_split
 
     split = megatron_split(layers, pp, vp)
     assert split == f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
