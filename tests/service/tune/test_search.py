@@ -100,17 +100,22 @@ def test_an_interrupted_tune_resumes_running_only_what_is_missing(tiny_llama, tm
     store.close()
 
 
-def test_a_stalled_trial_is_killed_and_the_tune_goes_on(tiny_llama, tmp_path):
-    prepared, candidates = tiny_llama
-    store = RunsStore(str(tmp_path / "runs.sqlite"))
+def real_process_for(trial: str, *program: str):
+    """A runner that fakes every trial but ``trial``, which runs ``program`` as a real process."""
     fake = FakeTrainer(by_tp)
 
     def runner(spec):
-        if spec.folder.name == "trial-02":
-            return run_trial(spec, command=[sys.executable, str(PROGRAMS / "stalled_launcher.py"),
-                                            str(spec.folder / "pids")])
+        if spec.folder.name == trial:
+            return run_trial(spec, command=[sys.executable, str(PROGRAMS / program[0]), *program[1:]])
         return fake(spec)
 
+    return runner
+
+
+def test_a_stalled_trial_is_killed_and_the_tune_goes_on(tiny_llama, tmp_path):
+    prepared, candidates = tiny_llama
+    store = RunsStore(str(tmp_path / "runs.sqlite"))
+    runner = real_process_for("trial-02", "stalled_launcher.py", str(tmp_path / "pids"))
     result = Tuner(prepared, candidates, options(tmp_path, trials=3, trial_timeout_s=2), runner=runner,
                    store=store).run()
     outcomes = [r.ending.outcome for r in result.results]
@@ -123,13 +128,7 @@ def test_a_stalled_trial_is_killed_and_the_tune_goes_on(tiny_llama, tmp_path):
 def test_a_trial_out_of_memory_is_recorded_as_such(tiny_llama, tmp_path):
     prepared, candidates = tiny_llama
     store = RunsStore(str(tmp_path / "runs.sqlite"))
-    fake = FakeTrainer(by_tp)
-
-    def runner(spec):
-        if spec.folder.name == "trial-01":
-            return run_trial(spec, command=[sys.executable, str(PROGRAMS / "memory_hog.py")])
-        return fake(spec)
-
+    runner = real_process_for("trial-01", "memory_hog.py")
     result = Tuner(prepared, candidates, options(tmp_path, trials=2, memory_cap_bytes=512 << 20), runner=runner,
                    store=store).run()
     record = store.get(result.results[0].run_id)
