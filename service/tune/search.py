@@ -207,16 +207,20 @@ class Tuner:
         return result
 
     # ---- the loop
-    def _time_left(self, start: float, done: int) -> Optional[float]:
+    def _time_left(self, start: float, results: list[TrialResult], remaining: int) -> tuple[Optional[float], str]:
+        """Seconds left: of the budget when there is one, else the trials to come at the pace of those run."""
         elapsed = self.clock() - start
         if self.options.budget_s is not None:
-            return max(self.options.budget_s - elapsed, 0.0)
-        return None
+            left = max(self.options.budget_s - elapsed, 0.0)
+            return left, f"{left / 60:.1f} min of the budget left"
+        walls = [r.wall_s for r in results if r.wall_s]
+        if not walls:
+            return None, ""
+        return None, f"~{statistics.mean(walls) * remaining / 60:.1f} min left"
 
-    def _line(self, index: int, total: int, cfg: CandidateConfig, best: Optional[TrialResult], left: Optional[float],
+    def _line(self, index: int, total: int, cfg: CandidateConfig, best: Optional[TrialResult], left_text: str,
               action: str) -> str:
         best_text = (f"best {best.measured:,.0f} tok/s/GPU ({best.candidate.label})" if best else "best -")
-        left_text = f"{left / 60:.1f} min left" if left is not None else ""
         return " | ".join(part for part in (f"trial {index}/{total} {action} {cfg.candidate.label}", best_text,
                                             left_text) if part)
 
@@ -232,17 +236,17 @@ class Tuner:
             cfg = candidate_config(self.prepared, candidate)
             text = self._trial_text(cfg)
             stored = self._stored(text)
-            left = self._time_left(start, index - 1)
+            left, left_text = self._time_left(start, results, len(planned) - index + 1)
             if stored is not None:
                 result = self._from_store(index, cfg, stored)
-                self.progress(self._line(index, len(planned), cfg, best, left, "from the store:"))
+                self.progress(self._line(index, len(planned), cfg, best, left_text, "from the store:"))
             elif cfg.errors:
                 result = self._refused(index, cfg, text)
             else:
                 if left is not None and left <= 0:
                     stop = f"budget of {opts.budget_s / 60:g} min spent after {index - 1} trials"
                     break
-                self.progress(self._line(index, len(planned), cfg, best, left, "running"))
+                self.progress(self._line(index, len(planned), cfg, best, left_text, "running"))
                 timeout = opts.trial_timeout_s if left is None else min(opts.trial_timeout_s, left)
                 result = self._run(index, cfg, text, timeout)
             results.append(result)

@@ -147,3 +147,13 @@ def test_pair_agreement_counts_the_pairs_the_estimate_orders_as_measured(tiny_ll
     # trials: TP1 PP1, TP2, TP1 PP2 (estimated in that order); TP 2 is measured fastest, so only the pair of
     # the two TP 1 layouts and the pair TP 2 / PP 2 are ordered as measured
     assert agree == 2
+
+
+def test_the_progress_line_says_the_trial_the_best_and_the_time_left(tiny_llama, tmp_path):
+    prepared, candidates = tiny_llama
+    lines = []
+    Tuner(prepared, candidates, options(tmp_path, trials=3, budget_s=600, patience=5), runner=FakeTrainer(by_tp),
+          progress=lines.append).run()
+    assert lines[0].startswith("trial 1/3 running TP1") and "best -" in lines[0]
+    assert "min of the budget left" in lines[0]
+    assert lines[2].startswith("trial 3/3") and "best 1,504 tok/s/GPU (TP2" in lines[2]
