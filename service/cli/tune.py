@@ -161,6 +161,8 @@ def _tune_here(args: argparse.Namespace, prepared, candidates) -> int:
             print(f"error: cannot write {args.output}: {err.strerror or err}", file=sys.stderr)
             return EXIT_UNUSABLE
         written = args.output
+    elif args.output:
+        print(f"note: no trial was measured; {args.output} was not written", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(tune_json(result, written), indent=2, default=str))
     else:
