@@ -6,8 +6,9 @@ stopped and a repeated one answers from the store. Otherwise its trial config is
 run (``service.tune.runner``); the outcome is read from its exit code and log (``service.tune.outcome``) and the
 trial is stored, measured or not, before the next one starts.
 
-Early stop (DeepSpeed Autotuning's rule, with a threshold): after ``patience`` trials in a row none of which beat
-the best measured so far by more than ``min_gain``, or when the budget is spent.
+Early stop (DeepSpeed Autotuning's rule, with a threshold): after ``patience`` variant trials in a row none of which
+beat the best measured so far by more than ``min_gain``, or when the budget is spent. The first pass, one trial per
+parallel shape, is not cut short.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from service.runs.ingest import driver_here, labels, software_here, speed_env
 from service.runs.ingest import prepared as prepared_record
 from service.runs.measure import percentile
 from service.runs.schema import RunRecord, config_hash
-from service.tune.candidates import Candidate, Candidates
+from service.tune.candidates import RECOMMENDED, SHAPE, Candidate, Candidates
 from service.tune.outcome import Ending, classify
 from service.tune.runner import Runner, TrialRun, TrialSpec, run_trial
 from service.tune.trials import CandidateConfig, candidate_config, dump, trial_config
@@ -254,7 +255,10 @@ class Tuner:
             gained = result.measured is not None and result.measured > bar
             if result.measured is not None and (best is None or result.measured > best.measured):
                 best = result
-            without_gain = 0 if gained else without_gain + 1
+            # Every parallel shape is measured before the early stop may end the tune: on a new machine a shape
+            # the estimate puts last can be the fastest, and the shapes are few; the stop refines among variants.
+            coarse = result.candidate.kind in (RECOMMENDED, SHAPE)
+            without_gain = 0 if gained or coarse else without_gain + 1
             if without_gain >= opts.patience and index < len(planned):
                 stop = (f"stopped early: {opts.patience} trials in a row none faster than the best by more than "
                         f"{opts.min_gain:.0%}")

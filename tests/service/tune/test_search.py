@@ -47,12 +47,28 @@ def test_the_warm_up_steps_are_not_timed(tiny_llama, tmp_path):
     assert result.results[0].measured == pytest.approx(800.0)  # per GPU of 2
 
 
-def test_it_stops_after_three_trials_none_beating_the_best_by_two_percent(tiny_llama, tmp_path):
+def test_it_stops_after_three_variants_none_beating_the_best_by_two_percent(tiny_llama, tmp_path):
     prepared, candidates = tiny_llama
     flat = FakeTrainer(lambda layout: 1000.0 + layout[2])  # within 1 % of each other
     result = Tuner(prepared, candidates, options(tmp_path, trials=10), runner=flat).run()
-    assert len(result.results) == 4  # the first sets the best, three more do not beat it by 2 %
+    # every parallel shape (3) is measured, then three variants do not beat the best by 2 %
+    assert [r.candidate.kind for r in result.results] == ["recommended", "shape", "shape", "strategy", "recompute",
+                                                          "micro batch"]
     assert "stopped early" in result.stop_reason
+
+
+def test_a_variant_beating_the_best_by_more_than_two_percent_keeps_it_going(tiny_llama, tmp_path):
+    prepared, candidates = tiny_llama
+    faster_each_time = iter(range(100))
+    speeds = {}
+
+    def speed(layout):  # each new layout 5 % faster than the one before
+        if layout not in speeds:
+            speeds[layout] = 1000.0 * 1.05 ** next(faster_each_time)
+        return speeds[layout]
+
+    result = Tuner(prepared, candidates, options(tmp_path, trials=8), runner=FakeTrainer(speed)).run()
+    assert len(result.results) == 8 and "all 8 trials done" in result.stop_reason
 
 
 def test_it_stops_when_the_budget_is_spent(tiny_llama, tmp_path):
