@@ -86,6 +86,9 @@ def _check_args(args: argparse.Namespace) -> Optional[str]:
     if args.engine == "megatron" and not (args.emit_sweep or args.collect):
         return ("--engine megatron: tune does not launch Megatron Bridge here; write the sweep with --emit-sweep DIR, "
                 "run it on your cluster, then read it back with --collect DIR")
+    if args.emit == "automodel" and not (args.emit_sweep or args.collect):
+        return ("--emit automodel: tune runs NeMo AutoModel trials only as a sweep; add --emit-sweep DIR (and read it "
+                "back with --collect DIR)")
     if args.warmup < 0:
         return f"--warmup: must be 0 or more, got {args.warmup}"
     if args.output is not None and not args.output.strip():

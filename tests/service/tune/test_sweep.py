@@ -97,3 +97,10 @@ def test_collecting_a_sweep_of_another_request_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert main(["tune", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--collect", str(sweep)]) == 2
     assert "written for llama3-8b" in capsys.readouterr().err
+
+
+def test_engines_tune_does_not_launch_here_ask_for_a_sweep(capsys):
+    assert main(["tune", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "--engine", "megatron"]) == 2
+    assert "--emit-sweep DIR" in capsys.readouterr().err
+    assert main(["tune", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--emit", "automodel"]) == 2
+    assert "only as a sweep" in capsys.readouterr().err
