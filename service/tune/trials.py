@@ -3,11 +3,11 @@ config that measures it (mock data, a fixed number of steps, no checkpoints, no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
+from service.recommend.config_build import build_config
 from service.recommend.recommendation import Prepared, Recommendation, advise
 from service.tune.candidates import Candidate
 from trainer.contract.dotted import set_dotted
@@ -15,12 +15,43 @@ from trainer.contract.dotted import set_dotted
 MOCK_DATASET = "trainer.data.MockDataset"
 
 
-@dataclass(frozen=True)
 class CandidateConfig:
-    candidate: Candidate
-    recommendation: Recommendation
-    config: dict  # the candidate's config (the recommendation's, with its fast-path keys)
-    text: str  # as `tune -o` writes it, before its measured header
+    """A candidate's config as `recommend` writes it for the layout, with its fast-path keys. The config is built
+    at once (what a trial's store lookup hashes); validating it and rendering its commands (the recommendation)
+    wait until a trial runs, a sweep is written or the winner is saved: a tune answered from the store needs
+    neither."""
+
+    def __init__(self, prepared: Prepared, candidate: Candidate, config_path: str = "config.yaml",
+                 emit: str = "recipe-advisor"):
+        self.prepared, self.candidate, self.config_path, self.emit = prepared, candidate, config_path, emit
+        self._recommendation: Optional[Recommendation] = None
+        if emit == "recipe-advisor":
+            p = prepared
+            _, config = build_config(p.card, p.goal, p.engine, p.recipe, candidate.row, p.request, list(p.overrides),
+                                     list(p.notes), p.contract, base=p.base)
+            self.config = self._with_fast_paths(config)
+        else:  # another format: the recommendation makes it
+            self.config = self._with_fast_paths(self.recommendation.config)
+
+    def _with_fast_paths(self, config: dict) -> dict:
+        if not self.candidate.fast_paths:
+            return config
+        config = yaml.safe_load(yaml.safe_dump(config))
+        for key, value in self.candidate.fast_paths:
+            set_dotted(config, key, value)
+        return config
+
+    @property
+    def recommendation(self) -> Recommendation:
+        if self._recommendation is None:
+            self._recommendation = advise(self.prepared, self.candidate.row, None, self.config_path, self.emit)
+        return self._recommendation
+
+    @property
+    def text(self) -> str:
+        """As `tune -o` writes it, before its measured header."""
+        rec = self.recommendation
+        return dump(self.config, _header(rec.config_yaml)) if self.candidate.fast_paths else rec.config_yaml
 
     @property
     def errors(self) -> list[str]:
@@ -38,13 +69,7 @@ def dump(config: dict, header: list[str]) -> str:
 
 def candidate_config(prepared: Prepared, candidate: Candidate, config_path: str = "config.yaml",
                      emit: str = "recipe-advisor") -> CandidateConfig:
-    rec = advise(prepared, candidate.row, None, config_path, emit)
-    if not candidate.fast_paths:
-        return CandidateConfig(candidate, rec, rec.config, rec.config_yaml)
-    config = yaml.safe_load(yaml.safe_dump(rec.config))
-    for key, value in candidate.fast_paths:
-        set_dotted(config, key, value)
-    return CandidateConfig(candidate, rec, config, dump(config, _header(rec.config_yaml)))
+    return CandidateConfig(prepared, candidate, config_path, emit)
 
 
 def trial_config(config: dict, *, steps: int, warmup: int) -> dict:
