@@ -1,4 +1,4 @@
-"""`python -m service.cli`: the same CLI as the recipe-advisor command, with its exit code."""
+"""`python -m service.cli`: the same CLI as the recipe-advisor command, with its exit status."""
 import sys
 
 from service.cli.app import main

@@ -118,6 +118,7 @@ def run_argv(argv: list[str]) -> int:
     from trainer.contract.checkpoint_lock import check_checkpoint_dir_free
     from trainer.contract.overrides import ConfigError
     from trainer.contract.preflight import load_config, preflight
+    from trainer.contract.safe_paths import check_links_stay_inside
 
     misspelt = next((arg.split("=")[0] for arg in overrides
                      if arg.startswith("--") and arg.split("=")[0].replace("_", "-") in LAUNCHER_FLAGS), None)
@@ -135,9 +136,14 @@ def run_argv(argv: list[str]) -> int:
     try:
         raw, cfg = load_config(args.config, overrides)
         nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
-        preflight(cfg, nproc * nnodes)
+        resume = preflight(cfg, nproc * nnodes)
         check_trainer_installed()
         check_targets_exist(cfg)
+        check_links_stay_inside(Path(cfg.checkpoint.checkpoint_dir))  # the trainer writes there
+        if resume is not None:  # every file read as data, before any process starts (torch from here on)
+            from trainer.components.checkpoint_trust import verify_checkpoint
+
+            verify_checkpoint(resume)
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
@@ -231,17 +237,18 @@ def check_trainer_installed() -> None:
 
 
 def check_targets_exist(cfg) -> None:
-    """Each allow-listed ``_target_`` names something that exists, read from source without importing
-    it (the RA-S002 lookup of `validate`); a misspelt class would otherwise fail in every worker."""
-    from service.validate.rules.targets import TargetNotFound, is_allowed, signature_of
+    """Each registered ``_target_`` names something that exists in this install, read from source without
+    importing it (the RA-S002 lookup of `validate`); torch.optim.Muon on an older torch would otherwise fail
+    in every worker."""
+    from service.validate.rules.targets import TargetNotFound, is_registered, signature_of
     from trainer.contract.config import TARGET_SECTIONS
     from trainer.contract.overrides import ConfigError
 
     for section_name in TARGET_SECTIONS:
         section = getattr(cfg, section_name)
         target = getattr(section, "target", None)
-        if not isinstance(target, str) or not is_allowed(target):
-            continue  # absent, or refused by the pre-flight's allow-list check already
+        if not is_registered(section_name, target):
+            continue  # absent, or refused by the pre-flight's registry check already
         try:
             signature_of(target)
         except TargetNotFound as exc:
