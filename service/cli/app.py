@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "serve": "service.cli.serve",
     "train": "service.cli.train",
     "runs": "service.cli.runs",
+    "tune": "service.cli.tune",
 }
 
 HELP = {
@@ -42,6 +43,7 @@ HELP = {
     "serve": "run the HTTP service",
     "train": "launch the bundled trainer via torch.distributed.run",
     "runs": "the runs store: list, show, add, compare, delete, export measured runs",
+    "tune": "measure the best candidate layouts on your hardware, keep the fastest",
 }
 
 

@@ -107,6 +107,23 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, overrid
     return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path, emit)
 
 
+@dataclass
+class Prepared:
+    """A request planned, before a layout is chosen: what ``advise`` turns into a config for any row of the plan."""
+
+    card: ModelCard
+    goal: str
+    engine: str
+    recipe: Optional[RecipeEntry]
+    base: dict
+    request: Any  # PlanRequest
+    result: Plan
+    contract: dict
+    overrides: tuple
+    given: frozenset[str]  # the request fields the user set
+    notes: list[str]
+
+
 def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor",
                   runs_db: Optional[str] = None) -> Recommendation:
     """The recipe decision tree end to end (see module docstring), for the request both doors build.
@@ -117,6 +134,15 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
     ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit). ``runs_db``:
     the runs store whose measurements rank the layouts (service.runs.advice; default RECIPE_ADVISOR_DB or the
     user's default store, when it exists)."""
+    prepared = prepare(advice, runs_db)
+    best, source = choose_layout(prepared.result, prepared.recipe, prepared.given)
+    return advise(prepared, best, source, config_path, emit)
+
+
+def prepare(advice: AdviceRequest, runs_db: Optional[str] = None, *, read_runs: bool = True) -> Prepared:
+    """Steps 1 and 2 of the decision tree: the recipe, its contract and the plan, ranked with the measurements of
+    the runs store unless ``read_runs`` is False (tune: its candidates keep the estimates' order, so a second
+    tune asks for the same trials). Raises as ``recommend_for``."""
     card, gpus, nodes, goal, engine = advice.model, advice.gpus, advice.nodes, advice.goal, advice.engine
     given = request_fields(advice.overrides, {"gpu_type": advice.gpu_type, "seq_length": advice.seq_length,
                                               "precision": advice.precision,
@@ -131,7 +157,7 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
 
     notes: list[str] = []
     recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
-    result = with_runs(plan(request), reading_store(runs_db))
+    result = with_runs(plan(request), reading_store(runs_db)) if read_runs else plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
         peft_notes: list[str] = []
@@ -148,12 +174,22 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
     if result.best is None:
         raise _impossible(result, request)
     set_fields = frozenset(name for name, value in given.items() if value is not None)
-    best, source = choose_layout(result, recipe, set_fields)
-    base, config = build_config(card, goal, engine, recipe, best, request, advice.overrides, notes, contract,
-                                base=base)
+    return Prepared(card=card, goal=goal, engine=engine, recipe=recipe, base=base, request=request, result=result,
+                    contract=contract, overrides=tuple(advice.overrides), given=set_fields, notes=notes)
+
+
+def advise(prepared: Prepared, best: PlannedLayout, source: Optional[LayoutSource], config_path: str = "config.yaml",
+           emit: str = "recipe-advisor") -> Recommendation:
+    """Steps 3 and 4 for one row of the prepared plan: the config, its findings and the launch commands."""
+    card, goal, engine, recipe, request, result = (prepared.card, prepared.goal, prepared.engine, prepared.recipe,
+                                                   prepared.request, prepared.result)
+    notes = list(prepared.notes)
+    base, config = build_config(card, goal, engine, recipe, best, request, list(prepared.overrides), notes,
+                                prepared.contract, base=prepared.base)
     text = _dump(config, recipe, notes)
     # About the layout and the estimates, not the config's header.
-    notes += [source.summary, *result.notes, f"estimates calibrated on: {plan_calibration(result)}"]
+    notes += [*([source.summary] if source else []), *result.notes,
+              f"estimates calibrated on: {plan_calibration(result)}"]
     report = validate_text(text, config_path)
     # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
     # convergence (the Bridge recipe, the FP8 recipe).
