@@ -35,8 +35,9 @@ def test_messages_name_the_engine_and_hardware_they_are_about():
     (l004,) = [f for f in validate_text(sp_alone, "c.yaml").findings if f.code == "RA-L004"]
     assert "the bundled trainer ignores it" in l004.message
     evil = BUNDLED + "loss_fn:\n  _target_: builtins.eval\n"
-    (e004,) = [f for f in validate_text(evil, "c.yaml").findings if f.code == "RA-E004"]
-    assert "builtins.eval is not a trainer loss" in e004.message
+    (s001,) = [f for f in validate_text(evil, "c.yaml").findings if f.code in ("RA-S001", "RA-E004")]
+    assert "builtins.eval' is not a registered loss_fn callable" in s001.message
+    assert s001.fix == "name one of the registry's: trainer.loss.causal_lm_loss"
 
 
 def test_ra_l008_offers_only_expert_sizes_the_world_holds():
