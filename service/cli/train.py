@@ -18,6 +18,7 @@ import logging
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -139,10 +140,8 @@ def run_argv(argv: list[str]) -> int:
         check_trainer_installed()
         check_targets_exist(cfg)
         check_links_stay_inside(Path(cfg.checkpoint.checkpoint_dir))  # the trainer writes there
-        if resume is not None:  # every file read as data, before any process starts (torch from here on)
-            from trainer.components.checkpoint_trust import verify_checkpoint
-
-            verify_checkpoint(resume)
+        if resume is not None:  # every file read as data, before any process starts
+            check_checkpoint_is_data(resume)
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
@@ -215,6 +214,19 @@ def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_p
 
 
 TRAINER_DEPENDENCIES = ("torch", "numpy", "safetensors", "tokenizers", "tqdm")  # pyproject.toml's `train` extra
+
+
+def check_checkpoint_is_data(checkpoint: Path) -> None:
+    """trainer/components/checkpoint_trust.py reads every file of the checkpoint a resume would load, as data, in
+    a process of its own: the service imports only the trainer's torch-free contract."""
+    from trainer.contract.overrides import ConfigError
+
+    done = subprocess.run([sys.executable, "-m", "trainer.components.checkpoint_trust", str(checkpoint)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        last = lines[-1] if lines else f"exit {done.returncode}"
+        raise ConfigError(last.removeprefix("error: "))
 
 
 def check_trainer_installed() -> None:

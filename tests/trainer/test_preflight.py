@@ -95,8 +95,8 @@ def test_a_fused_flag_the_optimizer_does_not_take_is_dropped_not_set_false(tmp_p
 
 
 def test_a_loss_outside_the_trainers_signature_and_chunking_under_tp_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"^loss_fn\._target_: torch\.nn\.CrossEntropyLoss is not a registered loss_fn "
-                                          r"callable; .*nearest: trainer\.loss\.causal_lm_loss$"):
+    with pytest.raises(ConfigError, match=r"^loss_fn\._target_: torch\.nn\.CrossEntropyLoss is not a registered "
+                                          r"loss_fn callable; .*nearest: trainer\.loss\.causal_lm_loss$"):
         preflight(_config(tmp_path, loss_fn={"_target_": "torch.nn.CrossEntropyLoss"}), 2)
     tp = {"strategy": "fsdp2", "backend": "gloo", "tp_size": 2}
     with pytest.raises(ConfigError, match=r"^loss_fn\.chunked: true does not run with tensor parallel \(tp_size 2"):

@@ -246,3 +246,23 @@ _CHECKS: dict[str, Callable[[Path], None]] = {
     ".json": _check_json, ".yaml": _check_yaml, ".pt": _check_torch_file, ".safetensors": _check_safetensors,
 }
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainer.components.checkpoint_trust CHECKPOINT``: the launcher's check before it starts any
+    process (the CLI imports no torch itself). Exit 0 when every file is data, else 2 and one line naming it."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m trainer.components.checkpoint_trust CHECKPOINT_FOLDER", file=sys.stderr)
+        return 2
+    try:
+        verify_checkpoint(Path(args[0]))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

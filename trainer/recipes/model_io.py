@@ -199,7 +199,9 @@ def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
         raise ConfigError(f"distributed: {exc}") from None
     if mesh is None:
         return None, None, 1
-    return mesh, mesh["dp"].get_group(), mesh["dp"].size()
+    from trainer.distributed.mesh import data_mesh
+
+    return mesh, data_mesh(mesh).get_group(), data_mesh(mesh).size()
 
 
 def gradient_group(mesh) -> tuple[Any, int]:
