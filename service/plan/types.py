@@ -200,6 +200,8 @@ class Plan:
     rejections: dict[str, tuple[Finding, int]] = field(default_factory=dict)  # rule code -> (example, count)
     # Why the first row is first although a faster one is listed (ranking.why_first); None when it is the fastest.
     why_first: Optional[str] = None
+    # What the runs store adds (service.runs.advice.RunsView): measured rows, calibration; None without a store.
+    runs: Optional[object] = None
 
     @property
     def usable_gib(self) -> float:

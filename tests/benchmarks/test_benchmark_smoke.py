@@ -25,6 +25,10 @@ SMOKED_ELSEWHERE = {
     **{f"gpu/{name}": (RUN_SH, GPU_TEST) for name in ("kernel_check.py", "peer_torchtitan.py", "hf_moe_reference.py",
                                                       "summary.py")},
     "checkpoint_metadata.py": (REPO / "tests" / "trainer" / "security" / "test_checkpoint_metadata_benchmark.py",) * 2,
+    "moe_balance.py": (REPO / "tests" / "trainer" / "models" / "test_moe_balance.py",) * 2,
+    "tune_finds_best.py": (REPO / "tests" / "service" / "tune" / "test_benchmark_script.py",) * 2,
+    **{f"runs_{name}.py": (REPO / "tests" / "service" / "runs" / "test_runs_benchmarks.py",) * 2
+       for name in ("cpu_calibration", "plan_speed", "published_calibration")},
 }
 # Whose smoke starts torch.distributed.run (2 processes) or trains in subprocesses: out of `make test-fast`.
 MULTI_PROCESS = {"context_pipeline_cpu.py", "train_vs_hf.py"}
