@@ -8,7 +8,6 @@ same layouts for the same request.
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Optional, Sequence, Union
 
 from recipe_index import find_bundled_model, get_hardware, resolve_model
