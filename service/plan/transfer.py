@@ -1,9 +1,10 @@
 """Layouts tuned for the same model elsewhere, adapted to a request: the `transferred` candidate source.
 
 When nobody tuned a recipe for exactly this request, an expert takes the layout of the same model's recipe on the
-nearest hardware and size and adapts it. Nearest means, in this order: the same goal (mode), the same precision
-(then the same format family: any FP8 recipe for an FP8 request), the closest GPU count (by ratio), the closest
-GPU generation, then the same NVLink domain size. Adapting keeps what the source chose and changes only what the
+nearest hardware and size and adapts it. Nearest means, in this order: the same goal (mode), the closest sequence
+length (by ratio: a long-context recipe's CP is for its length), the same precision (then the same format family:
+any FP8 recipe for an FP8 request), the closest GPU count (by ratio), the closest GPU generation, then the same
+NVLink domain size. Adapting keeps what the source chose and changes only what the
 request's size forces:
 
 - TP and the expert group (EP x ETP) stay inside the NVLink domain where the source kept them inside (shrunk to the
@@ -78,9 +79,11 @@ def _generation(hardware: HardwareCard) -> int:
 
 
 def nearness(entry: RecipeEntry, request: PlanRequest, token: str) -> tuple:
-    """How far a recipe is from the request: mode, precision, GPU count (ratio), generation, NVLink domain."""
+    """How far a recipe is from the request: mode, sequence length (ratio), precision, GPU count (ratio), generation,
+    NVLink domain."""
     hardware = get_hardware(entry.hardware)
-    return (entry.mode != request.goal, _precision_distance(entry, token, request.precision),
+    seq = abs(math.log2((entry.seq_length or request.seq_length) / request.seq_length))
+    return (entry.mode != request.goal, seq, _precision_distance(entry, token, request.precision),
             abs(math.log2(entry.num_gpus / request.world_size)),
             abs(_generation(hardware) - _generation(request.hardware)),
             hardware.nvlink_domain != request.hardware.nvlink_domain, entry.name)
@@ -129,8 +132,9 @@ def adapt(source: RecipeLayout, source_hw: HardwareCard, source_gpus: int, reque
     if mbs is None:
         return None
     source_dp = source_gpus // (source.tp * source.pp * source.cp)
+    expert = source.ep > 1  # a dense layout's ETP is TP's (Bridge's default), not a choice of its own
     for name, old, new in (("TP", source.tp, tp), ("PP", source.pp, pp), ("VP", source.vp or 1, vp or 1),
-                           ("EP", source.ep, ep), ("ETP", source.etp, etp), ("DP", source_dp, dp),
+                           ("EP", source.ep, ep), ("ETP", source.etp if expert else etp, etp), ("DP", source_dp, dp),
                            ("micro batch", source.micro_batch_size, mbs)):
         if old != new:
             changes.append(f"{name} {old} -> {new}")
