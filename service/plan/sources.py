@@ -147,17 +147,17 @@ def describe(row: PlannedLayout) -> str:
     return f"TP{lay.tp} PP{lay.pp}{vp} CP{lay.cp} EP{lay.ep}{etp} MBS{lay.micro_batch_size}"
 
 
-def _weighed(result: Plan, row: PlannedLayout, kept_case: str, what: str, recipe: str, band: ErrorBand
-             ) -> tuple[PlannedLayout, LayoutSource]:
+def _weighed(result: Plan, row: PlannedLayout, kept_case: str, what: str, shape: str, recipe: str,
+             band: ErrorBand) -> tuple[PlannedLayout, LayoutSource]:
     """A recipe's layout against the planner's best: kept within the band, else replaced, saying by how much."""
     best = result.best
     gain = speed(best) / speed(row) - 1
     if gain <= band.value:
-        return row, LayoutSource(kept_case, recipe, f"{what}; {_versus(best, row, gain, band)}", band.value, gain,
-                                 band.basis)
+        return row, LayoutSource(kept_case, recipe, f"{what} ({shape}); {_versus(best, row, gain, band)}", band.value,
+                                 gain, band.basis)
     return best, LayoutSource(REPLANNED, recipe, f"re-planned: the planner's best ({describe(best)}, "
                               f"{speed(best):,.0f} tokens/s/GPU) is estimated {gain:.0%} faster than {what} "
-                              f"({speed(row):,.0f}), beyond {band.basis}, {band.value:.0%}", band.value, gain,
+                              f"({shape}, {speed(row):,.0f}), beyond {band.basis}, {band.value:.0%}", band.value, gain,
                               band.basis)
 
 
@@ -187,7 +187,7 @@ def choose(result: Plan, library: Optional[RecipeEntry], given: frozenset[str],
     if layout is not None:
         row, reason = _row_or_reason(result, as_layout(layout))
         if row is not None:
-            chosen, source = _weighed(result, row, LIBRARY_KEPT, f"{library.name}'s own layout ({layout.describe()})",
+            chosen, source = _weighed(result, row, LIBRARY_KEPT, f"{library.name}'s own layout", layout.describe(),
                                       library.name, band)
             if source.case == LIBRARY_KEPT:
                 source = LayoutSource(LIBRARY_KEPT, library.name, "library layout kept: " + source.summary,
@@ -196,8 +196,8 @@ def choose(result: Plan, library: Optional[RecipeEntry], given: frozenset[str],
         moved.append(f"{library.name}'s own layout ({layout.describe()}) does not apply: {reason}")
     if req.model.is_moe and found:
         nearest = found[0]
-        chosen, source = _weighed(result, nearest.row, TRANSFERRED_CASE,
-                                  f"the layout {nearest.note} ({describe(nearest.row)})", nearest.entry.name, band)
+        chosen, source = _weighed(result, nearest.row, TRANSFERRED_CASE, f"the layout {nearest.note}",
+                                  describe(nearest.row), nearest.entry.name, band)
         if source.case == TRANSFERRED_CASE:
             summary = "; ".join([*moved, "no layout was tuned for exactly this: " + source.summary])
             return Choice(chosen, LayoutSource(TRANSFERRED_CASE, nearest.entry.name, summary, source.band,
@@ -219,10 +219,10 @@ def _planned_summary(result: Plan, recipe: Optional[RecipeEntry], found: list[Tr
                "(benchmark) or sized (library) are weighed against the estimates")
     else:
         why = f"no tuned or library recipe is sized for this model on {where}"
+    ranks = "the planner's estimates rank the layouts"
     if found and not req.model.is_moe:
-        why += ("; for a dense model the estimates rank first and the layouts this model's recipes use elsewhere "
-                "join the rows shown")
-    return f"planned: {why}; the planner's estimates rank the layouts"
+        ranks += " (first for a dense model; `plan` shows this model's layouts from other hardware and sizes beside)"
+    return f"planned: {why}; {ranks}"
 
 
 def plan_choice(result: Plan) -> Optional[Choice]:
