@@ -141,7 +141,10 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
                                   **given)
 
     notes: list[str] = []
+    set_fields = frozenset(name for name, value in given.items() if value is not None)
     recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
+    # The plan knows which contract fields the user set, as `plan` does: a tuned recipe must match only those.
+    request = replace(request, given=set_fields & request.given)
     result = plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
@@ -158,7 +161,6 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
         notes.append(_long_context_note(request.seq_length, engine, result))
     if result.best is None:
         raise _impossible(result, request)
-    set_fields = frozenset(name for name, value in given.items() if value is not None)
     best, source = choose_layout(result, recipe, set_fields)
     base, config = build_config(card, goal, engine, recipe, best, request, advice.overrides, notes, contract,
                                 base=base)
