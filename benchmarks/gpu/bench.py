@@ -113,6 +113,7 @@ class StepWatch:
         self.tokens_per_step, self.warmup = tokens_per_step, warmup
         self.rows: list[dict] = []
         self.stopped_by: Optional[str] = None
+        self.after_step = lambda: None
 
     def start(self, resumed_step) -> None:
         self.writer.start(resumed_step)
@@ -134,9 +135,53 @@ class StepWatch:
             print(self.stopped_by, flush=True)
             sched.total_steps = sched.step
         self.on_step(self.rows, self.stopped_by)
+        self.after_step()
 
     def close(self) -> None:
         self.writer.close()
+
+
+class StepProfile:
+    """``--profile``: torch.profiler over the timed steps (the warm-up's compiles left out), summarised by
+    profile_summary.kernel_groups into the report's ``profile``: seconds of GEMM, attention, element-wise,
+    communication and idle over the profiled steps."""
+
+    def __init__(self, enabled: bool, warmup: int, device_type: str):
+        self.enabled, self.warmup, self.device_type = enabled, warmup, device_type
+        self.groups: Optional[dict] = None
+        self._steps = 0
+        self._prof = None
+        self._started: Optional[float] = None
+
+    def __enter__(self):
+        return self
+
+    def step(self) -> None:
+        if not self.enabled:
+            return
+        self._steps += 1
+        if self._steps == self.warmup:
+            import torch
+
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device_type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                torch.cuda.synchronize()
+            self._prof = torch.profiler.profile(activities=activities)
+            self._prof.__enter__()
+            self._started = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        if self._prof is None:
+            return
+        import torch
+        from profile_summary import kernel_groups
+
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - self._started
+        self._prof.__exit__(*exc)
+        self.groups = kernel_groups(self._prof.key_averages(), wall) | {"steps": self._steps - self.warmup}
 
 
 def summarise(context: dict, rows: list[dict], stopped_by: Optional[str], complete: bool) -> dict[str, Any]:
@@ -252,8 +297,12 @@ def run(args) -> dict:
 
         watch = StepWatch(recipe.train_log, recipe, deadline, on_step, args.batch * args.seq, args.warmup)
         recipe.train_log = watch
-        recipe.run_train_validation_loop()
+        with StepProfile(args.profile, args.warmup, info.device.type) as profile:
+            watch.after_step = profile.step
+            recipe.run_train_validation_loop()
     report = summarise(context, watch.rows, watch.stopped_by, complete=True)
+    if profile.groups is not None:
+        report["profile"] = profile.groups
     if cuda:
         report["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
         report["compile_stats"] = _compile_stats()
@@ -340,6 +389,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", type=Path, help="write NAME.json and throughput_rows.json here")
     parser.add_argument("--name", default="dense-bf16", help="the report's file name under --out-dir")
     parser.add_argument("--time-budget", type=float, help="seconds from start; steps stop early to keep it")
+    parser.add_argument("--profile", action="store_true",
+                        help="torch.profiler over the timed steps: GEMM / attention / element-wise / comm / idle")
     args = parser.parse_args(argv)
     if args.smoke:
         for key, value in SMOKE.items():

@@ -10,12 +10,17 @@
 # $SITE, which goes on PYTHONPATH. Without CUDA torch (a machine of your own) it creates $VENV and
 # installs requirements.txt there, from $WHEELS offline when that folder exists, else from PyPI.
 #
-# Phases, each under `timeout` with what is left of GPU_BENCH_BUDGET_S (default 450 s):
+# Phases, in this order (what matters most first), each under `timeout` with what is left of
+# GPU_BENCH_BUDGET_S (default 300 s, so a failed call leaves time for a second):
 #   1. kernel checks: fused paths vs their reference on the GPU        -> $OUT/kernel_check.json
-#   2. dense benchmark: Llama-3.2-1B, bf16                              -> $OUT/dense-bf16.json
-#   3. MoE benchmark: Qwen3-30B-A3B-shaped (its first GPU_BENCH_MOE_LAYERS=4 layers), eager, bf16, once
-#      trainer/contract/capabilities.py says moe (until then a line says it is skipped) -> $OUT/moe-bf16.json
-#   4. dense fp8 (torchao), when GPU_BENCH_FP8_MIN_S (default 180) seconds are left -> $OUT/dense-fp8.json
+#   2. dense pair, same shape and step counts: the bundled trainer (Llama-3.2-1B, bf16) -> $OUT/dense-bf16.json,
+#      then the peer: torchtitan's model and parallelize_llama under a minimal loop -> $OUT/peer-torchtitan.json
+#      (GPU_BENCH_PEER_FIRST=1 swaps the order, for a second call)
+#   3. MoE pair: Qwen3-30B-A3B-shaped (its first GPU_BENCH_MOE_LAYERS=4 layers), eager, bf16 -> $OUT/moe-bf16.json,
+#      then transformers' Qwen3MoeForCausalLM at the same shape and batch -> $OUT/hf-moe.json
+#   4. profile: the dense run again, torch.profiler over 6 steps -> $OUT/dense-profile.json ("profile")
+#   5. dense fp8 (torchao), when GPU_BENCH_FP8_MIN_S (default 90) seconds are left -> $OUT/dense-fp8.json
+#   6. tune: `recipe-advisor tune` for llama32-1b on one GPU, when the CLI has it and 90 s are left
 # Each benchmark adds its row (recipe_index/data/published_throughput.json's format) to
 # $OUT/throughput_rows.json; everything printed also goes to $OUT/run.log. --dry-run prints the steps
 # and runs none of them; --smoke runs every phase on CPU with a tiny model, with the interpreter's
@@ -30,8 +35,10 @@ VENV="${VENV:-$REPO/.venv-gpu}"
 WHEELS="${WHEELS:-$HERE/wheels}"
 SITE="${SITE:-/tmp/recipe-advisor-site}"
 OUT="${OUT:-$REPO/out/gpu-bench}"
-BUDGET_S="${GPU_BENCH_BUDGET_S:-450}"
-FP8_MIN_S="${GPU_BENCH_FP8_MIN_S:-180}"
+BUDGET_S="${GPU_BENCH_BUDGET_S:-}"  # default below: 300 s on the GPU, 900 s for the CPU smoke run
+FP8_MIN_S="${GPU_BENCH_FP8_MIN_S:-90}"
+PEER_FIRST="${GPU_BENCH_PEER_FIRST:-0}"
+DENSE_STEPS="${GPU_BENCH_DENSE_STEPS:-20}"
 MOE_MODEL="${GPU_BENCH_MOE_MODEL:-qwen3-30b-a3b}"
 MOE_LAYERS="${GPU_BENCH_MOE_LAYERS:-4}"
 ONLY="${GPU_BENCH_ONLY:-}"  # "moe": the MoE phase alone
@@ -48,6 +55,9 @@ for arg in "$@"; do
     *) BENCH_ARGS+=("$arg") ;;
   esac
 done
+if [[ -z "$BUDGET_S" ]]; then
+  if [[ "$SMOKE" == 1 ]]; then BUDGET_S=900; else BUDGET_S=300; fi
+fi
 START=$SECONDS
 FAILED=()
 
@@ -157,8 +167,26 @@ run "$PYTHON" -c "import torch, pydantic, trainer.recipes.train_ft, service.plan
 
 if [[ "$ONLY" != moe ]]; then
   phase "kernel checks" 30 "$PYTHON" "$HERE/kernel_check.py" "${DEVICE[@]}" --out-dir "$OUT"
-  phase "dense benchmark (bf16)" 120 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-bf16 \
-    --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+  PEER_ARGS=(--steps "$DENSE_STEPS" --warmup 5 --batch 4 --seq 4096 -o "$OUT/peer-torchtitan.json")
+  if [[ "$SMOKE" == 1 ]]; then PEER_ARGS=(--smoke -o "$OUT/peer-torchtitan.json"); fi
+  # The smoke run profiles its dense run (one process less); on the GPU the profile is a run of its own, so the
+  # profiler's overhead stays out of the dense figures.
+  DENSE_PROFILE=()
+  if [[ "$SMOKE" == 1 ]]; then DENSE_PROFILE=(--profile); fi
+  ours_dense() {
+    phase "dense benchmark (bf16)" 60 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-bf16 \
+      --steps "$DENSE_STEPS" --time-budget "$(($(left) / 2))" ${DENSE_PROFILE[@]+"${DENSE_PROFILE[@]}"} \
+      ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+  }
+  peer_dense() {
+    if "$PYTHON" -c 'import torchtitan.models.llama3' 2>/dev/null; then
+      phase "peer: torchtitan's model + parallelize, minimal loop (bf16)" 60 "$PYTHON" "$HERE/peer_torchtitan.py" \
+        --budget-s "$(($(left) / 3))" "${PEER_ARGS[@]}"
+    else
+      echo "== peer: skipped: torchtitan does not import here ($PYTHON -c 'import torchtitan.models.llama3')"
+    fi
+  }
+  if [[ "$PEER_FIRST" == 1 ]]; then peer_dense; ours_dense; else ours_dense; peer_dense; fi
 fi
 
 echo "== MoE benchmark"
@@ -168,9 +196,18 @@ then
   # would spend the budget on recompiles. 3 warm-up + 12 timed steps of 2 x 4096 tokens.
   phase "MoE benchmark (bf16, $MOE_MODEL, $MOE_LAYERS layers)" 90 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" \
     --name moe-bf16 --model "$MOE_MODEL" --layers "$MOE_LAYERS" --no-compile --warmup 3 --steps 12 --batch 2 \
-    --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+    --time-budget "$(($(left) / 2))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+  HF_ARGS=(--model "$MOE_MODEL" --layers "$MOE_LAYERS" --warmup 3 --steps 12 --batch 2 --seq 4096)
+  if [[ "$SMOKE" == 1 ]]; then HF_ARGS=(--smoke); fi
+  phase "MoE reference: transformers at the same shape (bf16)" 45 "$PYTHON" "$HERE/hf_moe_reference.py" \
+    --time-budget "$(($(left) / 3))" -o "$OUT/hf-moe.json" "${HF_ARGS[@]}"
 else
   echo "skipped: the bundled trainer has no MoE support yet (trainer/contract/capabilities.py: moe is false)"
+fi
+
+if [[ "$ONLY" != moe && "$SMOKE" != 1 ]]; then
+  phase "profile (dense bf16, 6 steps)" 50 "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-profile \
+    --steps 6 --warmup 3 --profile --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 fi
 
 if [[ "$ONLY" == moe ]]; then
@@ -182,6 +219,18 @@ elif [[ "$SMOKE" == 1 ]]; then
 else
   phase "dense benchmark (fp8, torchao)" "$FP8_MIN_S" "$PYTHON" "$HERE/bench.py" --out-dir "$OUT" --name dense-fp8 \
     --fp8 --time-budget "$(($(left) - 5))" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+fi
+
+echo "== tune"
+if [[ "$ONLY" == moe || "$SMOKE" == 1 ]]; then
+  echo "skipped: tune runs on the GPU only"
+elif "$PYTHON" -m service.cli tune --help >/dev/null 2>&1; then
+  phase "tune (llama32-1b, 1 GPU: micro batch x recompute x compile)" 90 "$PYTHON" -m service.cli tune \
+    --model llama32-1b --gpus 1 --gpu-type "${GPU_BENCH_GPU_TYPE:-h200}" --goal pretrain --engine bundled \
+    --trials 6 --steps 12 --warmup 4 --trial-timeout 60 --budget-minutes "$(($(left) / 60))" --format json \
+    --db "sqlite:///$OUT/runs.db" -o "$OUT/tuned.yaml"
+else
+  echo "skipped: this checkout's CLI has no tune command"
 fi
 
 echo "== done in $((SECONDS - START)) s"

@@ -35,6 +35,7 @@ def summary_lines(out_dir: Path) -> list[str]:
         if report is None:
             continue
         lines.append(f"{name}: {_figures(report)}")
+    lines += _pair_lines(out_dir)
     rows = _read(out_dir / "throughput_rows.json")
     lines.append(f"rows for recipe_index/data/published_throughput.json: {len(rows) if rows else 0} in "
                  f"{out_dir / 'throughput_rows.json'}")
@@ -61,6 +62,37 @@ def _figures(r: dict) -> str:
     if not r.get("complete"):
         text += f", INCOMPLETE ({r.get('stopped_by') or 'cut off'})"
     return text
+
+
+# (ours, the peer or reference beside it, what the line calls it): the ratio of their tokens/s is the figure.
+PAIRS = (("dense-bf16", "peer-torchtitan", "torchtitan's model + parallelize under a minimal loop"),
+         ("moe-bf16", "hf-moe", "transformers"))
+
+
+def _pair_lines(out_dir: Path) -> list[str]:
+    lines = []
+    for ours_name, peer_name, label in PAIRS:
+        ours, peer = _read(out_dir / f"{ours_name}.json"), _read(out_dir / f"{peer_name}.json")
+        if peer is None:
+            continue
+        if not peer.get("tokens_per_s"):
+            lines.append(f"{peer_name} ({label}): no timed step")
+            continue
+        text = f"{peer_name} ({label}): {peer['tokens_per_s']:,.0f} tokens/s"
+        if peer.get("mfu") is not None:
+            text += f", MFU {peer['mfu']:.1%}"
+        if peer.get("peak_allocated_gib") is not None:
+            text += f", peak {peer['peak_allocated_gib']:.1f} GiB allocated"
+        if ours and ours.get("tokens_per_s"):
+            text += f"; ours / {peer_name}: {ours['tokens_per_s'] / peer['tokens_per_s']:.2f}x tokens/s"
+            if ours.get("peak_allocated_gib") and peer.get("peak_allocated_gib"):
+                text += f", {ours['peak_allocated_gib'] / peer['peak_allocated_gib']:.2f}x peak memory"
+        lines.append(text)
+    profile = (_read(out_dir / "dense-profile.json") or {}).get("profile")
+    if profile and profile.get("wall"):
+        parts = ", ".join(f"{k} {v / profile['wall']:.0%}" for k, v in profile.items() if k not in ("wall", "steps"))
+        lines.append(f"dense-profile ({profile.get('steps', '?')} steps, {profile['wall']:.2f} s): {parts}")
+    return lines
 
 
 if __name__ == "__main__":

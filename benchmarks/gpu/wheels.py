@@ -37,7 +37,12 @@ CARRY_BUDGET_BYTES = 32 * MIB
 # lazily), besides torch itself; tests/trainer/fused/test_gpu_benchmark_parts.py checks this against their imports.
 TRAINER_NEEDS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions",
                  "pyyaml", "numpy", "safetensors", "tokenizers", "tqdm", "huggingface-hub",
-                 "liger-kernel", "torchao")
+                 "liger-kernel", "torchao",
+                 *("torchtitan", "spmd-types", "torch-checkpointing", "tyro", "docstring-parser", "typeguard",
+                   "einops"))
+# The last line is the peer run's (peer_torchtitan.py): torchtitan's model and parallelize functions and what they
+# import. Its Trainer also needs datasets, tensorboard and wandb, which with their own dependencies outgrow the
+# carry, so the peer runs under a minimal loop and none of those travel.
 # What the lent machine's Python already has (its torch environment, as the device notes list it).
 LENT_MACHINE_HAS = ("torch", "triton", "transformers", "safetensors", "pyyaml", "tqdm", "huggingface-hub",
                     "tokenizers", "numpy", "jinja2", "typing-extensions", "psutil")
@@ -56,6 +61,13 @@ PINS = {
     "typing-extensions": "4.16.0",
     "liger-kernel": "0.8.5",
     "torchao": "0.18.0",
+    "torchtitan": "0.3.0",
+    "spmd-types": "0.2.3",  # torchtitan 0.3.0 pins it
+    "torch-checkpointing": "0.1.1",  # needs torch >= 2.11: the machine's
+    "tyro": "1.0.17",
+    "docstring-parser": "0.18.0",
+    "typeguard": "4.6.1",
+    "einops": "0.8.2",
 }
 PYTHON_VERSION = "3.12"
 # manylinux tags the machine's glibc takes (pydantic-core is manylinux_2_17, torchao manylinux_2_24/2_28).

@@ -20,6 +20,7 @@ sys.path.insert(0, str(GPU))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench  # noqa: E402
+import profile_summary  # noqa: E402
 import summary  # noqa: E402
 import throughput_row  # noqa: E402
 import wheels  # noqa: E402
@@ -32,7 +33,8 @@ MIB = 2**20
 
 def test_carried_are_what_the_trainer_needs_and_the_machine_lacks() -> None:
     assert wheels.missing_on_machine() == ["pydantic", "pydantic-core", "annotated-types", "typing-inspection",
-                                           "typing-extensions", "liger-kernel", "torchao"]
+                                           "typing-extensions", "liger-kernel", "torchao", "torchtitan", "spmd-types",
+                                           "torch-checkpointing", "tyro", "docstring-parser", "typeguard", "einops"]
     # typing-extensions only because its version there is unknown; without that, the machine's would do.
     assert "typing-extensions" not in wheels.missing_on_machine(carried_in_case=())
     assert wheels.missing_on_machine(["PyYAML", "Liger_Kernel"], ["pyyaml"], ()) == ["liger-kernel"]
@@ -72,7 +74,7 @@ def test_the_trainer_imports_nothing_the_lent_machine_would_lack() -> None:
     files = list((REPO / "trainer").rglob("*.py")) + [Path(f) for f in closure.stdout.split()]
     files += list(GPU.glob("*.py"))
     distributions = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "pydantic_core": "pydantic-core",
-                     "liger_kernel": "liger-kernel"}
+                     "liger_kernel": "liger-kernel", "spmd_types": "spmd-types"}
     needed = {wheels.normalise(distributions.get(name, name)) for name in _third_party_imports(files)}
     available = set(wheels.LENT_MACHINE_HAS) | set(wheels.missing_on_machine())
     assert "pydantic" in needed and "torchao" in needed
@@ -265,3 +267,37 @@ def test_the_summary_reads_what_the_call_left(tmp_path) -> None:
                         "allocated / 44.0 reserved (estimate 42.5), 40 timed steps")
     assert lines[2] == "dense-fp8: no timed step (cut off)"
     assert lines[3].startswith("rows for recipe_index/data/published_throughput.json: 0")
+
+
+def test_the_summary_sets_each_pair_side_by_side(tmp_path) -> None:
+    (tmp_path / "dense-bf16.json").write_text(json.dumps(_report(peak_allocated_gib=30.0)))
+    (tmp_path / "peer-torchtitan.json").write_text(json.dumps(
+        {"tokens_per_s": 56000.0, "mfu": 0.469, "peak_allocated_gib": 40.0}))
+    (tmp_path / "hf-moe.json").write_text(json.dumps({"tokens_per_s": None}))
+    (tmp_path / "dense-profile.json").write_text(json.dumps({"profile": {
+        "gemm": 1.2, "attention": 0.4, "element-wise": 0.2, "communication": 0.0, "idle": 0.2, "wall": 2.0,
+        "steps": 6}}))
+    lines = summary.summary_lines(tmp_path)
+    assert ("peer-torchtitan (torchtitan's model + parallelize under a minimal loop): 56,000 tokens/s, MFU 46.9%, "
+            "peak 40.0 GiB allocated; ours / peer-torchtitan: 1.25x tokens/s, 0.75x peak memory") in lines
+    assert "hf-moe (transformers): no timed step" in lines
+    assert ("dense-profile (6 steps, 2.00 s): gemm 60%, attention 20%, element-wise 10%, communication 0%, idle 10%"
+            in lines)
+
+
+def test_the_profile_groups_kernels_by_name_and_counts_the_rest_as_idle() -> None:
+    assert profile_summary.group_of("sm90_xmma_gemm_bf16bf16_bf16f32") == "gemm"
+    assert profile_summary.group_of("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNN") == "gemm"
+    assert profile_summary.group_of("flash_fwd_kernel") == "attention"
+    assert profile_summary.group_of("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "attention"
+    assert profile_summary.group_of("ncclDevKernel_AllGather_RING_LL") == "communication"
+    assert profile_summary.group_of("triton_poi_fused_add_mul_rsqrt_0") == "element-wise"
+    events = [SimpleNamespace(key="ampere_bf16_gemm", self_device_time_total=600_000.0),
+              SimpleNamespace(key="flash_bwd", self_device_time_total=200_000.0),
+              SimpleNamespace(key="aten::mm", self_device_time_total=0.0),  # a host-side operator: no device time
+              SimpleNamespace(key="vectorized_elementwise_kernel", self_cuda_time_total=100_000.0)]
+    groups = profile_summary.kernel_groups(events, wall_s=1.0)
+    assert groups["gemm"] == pytest.approx(0.6) and groups["attention"] == pytest.approx(0.2)
+    assert groups["element-wise"] == pytest.approx(0.1) and groups["idle"] == pytest.approx(0.1)
+    assert profile_summary.kernel_groups(events, wall_s=0.5)["idle"] == 0.0  # busy beyond wall: never negative
+    assert profile_summary.shares(groups)["gemm"] == pytest.approx(0.6)

@@ -107,6 +107,8 @@ def test_dry_run_on_the_lent_machine_installs_only_what_is_missing_and_nothing_y
     moe = next(line for line in lines if "--name moe-bf16" in line)
     assert "--model qwen3-30b-a3b --layers 4 --no-compile" in moe and moe.endswith("--steps 10")
     assert any("--name dense-fp8" in line and "--fp8" in line for line in lines)
+    assert any("--name dense-profile" in line and "--profile" in line for line in lines)
+    assert "== done" in text and "300 s" in text  # the call's own budget: 300 s, room for a second call
     assert not site.exists() and not out_dir.exists()  # a dry run installs and writes nothing
 
 
@@ -139,7 +141,8 @@ def test_run_sh_smoke_runs_every_phase_and_leaves_the_json(tmp_path) -> None:
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " -m pip install" not in out.stdout  # the interpreter's packages, as they are
-    for name in ("run.log", "kernel_check.json", "dense-bf16.json", "moe-bf16.json", "throughput_rows.json"):
+    for name in ("run.log", "kernel_check.json", "dense-bf16.json", "moe-bf16.json", "hf-moe.json",
+                 "throughput_rows.json"):
         assert (out_dir / name).is_file(), name
     assert "kernel checks: 4 of 4 ok" in out.stdout and "dense-bf16: " in out.stdout
     assert "skipped: fp8 needs a CUDA GPU" in out.stdout
@@ -147,6 +150,12 @@ def test_run_sh_smoke_runs_every_phase_and_leaves_the_json(tmp_path) -> None:
     assert len(json.loads((out_dir / "throughput_rows.json").read_text())) == 2  # dense and MoE
     moe = json.loads((out_dir / "moe-bf16.json").read_text())  # the MoE phase's tiny stand-in: tiny-moe
     assert moe["model"] == "tiny-moe (smoke)" and moe["moe"] == {"experts": 8, "top_k": 2, "expert_ffn": 32}
+    reference = json.loads((out_dir / "hf-moe.json").read_text())  # transformers' model at the same shape
+    assert reference["reference"] == "transformers Qwen3MoeForCausalLM" and reference["timed_steps"] == 2
+    assert "hf-moe (transformers): " in out.stdout and "x tokens/s" in out.stdout
+    assert json.loads((out_dir / "dense-bf16.json").read_text())["profile"]["steps"] == 2
+    peer_ran = (out_dir / "peer-torchtitan.json").is_file()  # only where torchtitan imports (not in CI)
+    assert peer_ran or "peer: skipped: torchtitan does not import here" in out.stdout
 
 
 def test_fetch_wheels_dry_run_downloads_nothing(tmp_path) -> None:
@@ -155,9 +164,10 @@ def test_fetch_wheels_dry_run_downloads_nothing(tmp_path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     downloads = out.stdout.splitlines()
-    assert len(downloads) == 7 and all(" -m pip download --no-deps --only-binary=:all: --python-version 3.12 "
+    assert len(downloads) == 14 and all(" -m pip download --no-deps --only-binary=:all: --python-version 3.12 "
                                        in line for line in downloads)
     assert any(line.endswith("pydantic-core==2.50.5") for line in downloads)
+    assert any(line.endswith("torchtitan==0.3.0") for line in downloads)  # the peer run's
     assert not dest.exists()
 
 
