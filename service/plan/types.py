@@ -205,6 +205,7 @@ class Plan:
     why_first: Optional[str] = None
     # The candidate sources' choice (service.plan.sources.plan_choice), computed when an answer first needs it.
     choice: Optional[Any] = field(default=None, repr=False, compare=False)
+    by_key: Optional[dict] = field(default=None, repr=False, compare=False)  # Plan.find's index
 
     @property
     def usable_gib(self) -> float:
@@ -227,7 +228,11 @@ class Plan:
     def find(self, layout: Layout) -> Optional[PlannedLayout]:
         """The planned row of a layout (TP, PP, VP, CP, EP, ETP, micro batch), if it is a valid one."""
         key = (layout.tp, layout.pp, layout.vp_or_1, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
-        return next((p for p in self.layouts if p.key == key), None)
+        if self.by_key is None:  # built once: the candidate sources look up several layouts of one plan
+            self.by_key = {}
+            for row in self.layouts:
+                self.by_key.setdefault(row.key, row)
+        return self.by_key.get(key)
 
     def why_not_fitting(self, row: PlannedLayout) -> str:
         m = row.memory
