@@ -21,6 +21,7 @@ from trainer.contract.checkpoint_dir import check_writable_dir
 from trainer.contract.checkpoint_lock import hold_checkpoint_dir
 from trainer.contract.overrides import ConfigError
 from trainer.contract.preflight import is_rank_zero, load_config, preflight
+from trainer.contract.safe_paths import check_links_stay_inside
 from trainer.contract.text import one_line
 
 DEFAULT_RECIPE = "trainer.recipes.TrainFinetuneRecipe"
@@ -61,6 +62,7 @@ def die_with_launcher(env=os.environ) -> None:
 def _prepare_checkpoint_dir(folder: Path) -> None:
     """Rank 0: create and probe the folder, then hold its lock until this process ends."""
     global _checkpoint_dir_lock
+    check_links_stay_inside(folder)
     check_writable_dir(folder)
     _checkpoint_dir_lock = hold_checkpoint_dir(folder)
 

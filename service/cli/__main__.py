@@ -1,4 +1,6 @@
-"""`python -m service.cli`: the same CLI as the recipe-advisor command."""
+"""`python -m service.cli`: the same CLI as the recipe-advisor command, with its exit status."""
+import sys
+
 from service.cli.app import main
 
-main()
+sys.exit(main())

@@ -18,6 +18,7 @@ import logging
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -117,6 +118,7 @@ def run_argv(argv: list[str]) -> int:
     from trainer.contract.checkpoint_lock import check_checkpoint_dir_free
     from trainer.contract.overrides import ConfigError
     from trainer.contract.preflight import load_config, preflight
+    from trainer.contract.safe_paths import check_links_stay_inside
 
     misspelt = next((arg.split("=")[0] for arg in overrides
                      if arg.startswith("--") and arg.split("=")[0].replace("_", "-") in LAUNCHER_FLAGS), None)
@@ -134,9 +136,12 @@ def run_argv(argv: list[str]) -> int:
     try:
         raw, cfg = load_config(args.config, overrides)
         nproc = cfg.hardware.gpus_per_node if args.nproc_per_node is None else args.nproc_per_node
-        preflight(cfg, nproc * nnodes)
+        resume = preflight(cfg, nproc * nnodes)
         check_trainer_installed()
         check_targets_exist(cfg)
+        check_links_stay_inside(Path(cfg.checkpoint.checkpoint_dir))  # the trainer writes there
+        if resume is not None:  # every file read as data, before any process starts
+            check_checkpoint_is_data(resume)
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
@@ -211,6 +216,19 @@ def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_p
 TRAINER_DEPENDENCIES = ("torch", "numpy", "safetensors", "tokenizers", "tqdm")  # pyproject.toml's `train` extra
 
 
+def check_checkpoint_is_data(checkpoint: Path) -> None:
+    """trainer/components/checkpoint_trust.py reads every file of the checkpoint a resume would load, as data, in
+    a process of its own: the service imports only the trainer's torch-free contract."""
+    from trainer.contract.overrides import ConfigError
+
+    done = subprocess.run([sys.executable, "-m", "trainer.components.checkpoint_trust", str(checkpoint)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        last = lines[-1] if lines else f"exit {done.returncode}"
+        raise ConfigError(last.removeprefix("error: "))
+
+
 def check_trainer_installed() -> None:
     """The `train` extra is installed: a serving-only install (`make serve`, the Docker image) has no torch, and
     the `_target_` lookup below would call torch.optim.AdamW unknown instead."""
@@ -224,17 +242,18 @@ def check_trainer_installed() -> None:
 
 
 def check_targets_exist(cfg) -> None:
-    """Each allow-listed ``_target_`` names something that exists, read from source without importing
-    it (the RA-S002 lookup of `validate`); a misspelt class would otherwise fail in every worker."""
-    from service.validate.rules.targets import TargetNotFound, is_allowed, signature_of
+    """Each registered ``_target_`` names something that exists in this install, read from source without
+    importing it (the RA-S002 lookup of `validate`); torch.optim.Muon on an older torch would otherwise fail
+    in every worker."""
+    from service.validate.rules.targets import TargetNotFound, is_registered, signature_of
     from trainer.contract.config import TARGET_SECTIONS
     from trainer.contract.overrides import ConfigError
 
     for section_name in TARGET_SECTIONS:
         section = getattr(cfg, section_name)
         target = getattr(section, "target", None)
-        if not isinstance(target, str) or not is_allowed(target):
-            continue  # absent, or refused by the pre-flight's allow-list check already
+        if not is_registered(section_name, target):
+            continue  # absent, or refused by the pre-flight's registry check already
         try:
             signature_of(target)
         except TargetNotFound as exc:

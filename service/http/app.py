@@ -12,6 +12,7 @@ from importlib import resources
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from service.http import web
 from service.http.about import DESCRIPTION, TAGS, version
@@ -20,13 +21,18 @@ from service.http.limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHea
 from service.http.methods import MethodsMiddleware
 from service.http.routes import advise, catalog, health, validate
 
+DOCS_ASSETS = "/static-docs"
+
 
 def static_dir() -> str:
     return str(resources.files("templates") / "static")
 
 
 def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    app = FastAPI(title="Recipe Advisor", version=version(), description=DESCRIPTION, openapi_tags=TAGS)
+    # /docs and /redoc load Swagger UI and ReDoc from the files fastapi-offline bundles (under DOCS_ASSETS), not
+    # from a CDN: an air-gapped cluster's browser renders them too.
+    app: FastAPI = FastAPIOffline(title="Recipe Advisor", version=version(), description=DESCRIPTION,
+                                  openapi_tags=TAGS, static_url=DOCS_ASSETS)
     install_error_handlers(app)
     for routes in (health, validate, catalog, advise, web):  # this order is the order of /openapi.json
         app.include_router(routes.router)

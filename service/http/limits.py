@@ -139,7 +139,8 @@ async def _send_error(send: Send, status: int, detail: str, field: str, html: bo
     await send({"type": "http.response.body", "body": body})
 
 
-# Swagger UI (/docs) loads its script and style from a CDN, so the strict policy applies to our pages only.
+# Swagger UI (/docs) and ReDoc (/redoc) start from an inline script (FastAPI's page), so the strict policy
+# applies to our pages only; their scripts and styles are served from this server (service/http/app.py).
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"

@@ -13,6 +13,7 @@ import shlex
 
 import yaml
 
+from service.configs.changes import MISSING, Change, classify, effective, flatten
 from service.plan.types import Plan, PlannedLayout
 from service.recommend.launch_commands import RENDEZVOUS_PORT
 from service.validate.automodel.schema import LLM_RECIPE
@@ -89,6 +90,24 @@ def _distributed(row: PlannedLayout) -> dict:
     return section
 
 
+# AutoModel's example recipes save every 500 steps on their long runs (the DeepSeek-V3, Moonlight and
+# DeepSeek-V4 pretrain recipes, 9,500 steps; the agent fine-tunes, 2,000 steps) and halfway through
+# their short fine-tunes (50 of 100 steps): a long run keeps that cadence, a short one saves at its middle.
+CKPT_EVERY_STEPS = 500
+
+
+def checkpoint_cadence(max_steps: int) -> int:
+    """``step_scheduler.ckpt_every_steps`` for a run of ``max_steps``, as AutoModel's own recipes space it."""
+    return min(CKPT_EVERY_STEPS, max(1, max_steps // 2))
+
+
+def _weight_decay(config: dict) -> float:
+    """The weight decay the advised config trains with: its own, else its optimizer's default (AdamW's 0.01),
+    which AutoModel does not share (its recipes write the value)."""
+    value = effective(config, "optimizer.weight_decay")
+    return 0.0 if value is MISSING or value is None else value
+
+
 def automodel_config(config: dict, model, goal: str, row: PlannedLayout, seq_length: int) -> dict:
     """The AutoModel recipe of an advised config on the chosen layout."""
     gbs = get_dotted(config, "step_scheduler.global_batch_size")
@@ -96,7 +115,8 @@ def automodel_config(config: dict, model, goal: str, row: PlannedLayout, seq_len
     recipe: dict = {
         "recipe": LLM_RECIPE,
         "step_scheduler": {"global_batch_size": gbs, "local_batch_size": row.layout.micro_batch_size,
-                           "ckpt_every_steps": max_steps, "max_steps": max_steps, "num_epochs": 1},
+                           "ckpt_every_steps": checkpoint_cadence(max_steps), "max_steps": max_steps,
+                           "num_epochs": 1},
         "dist_env": {"backend": "nccl", "timeout_minutes": 10},
         "rng": {"_target_": "nemo_automodel.components.training.rng.StatefulRNG", "seed": 1234, "ranked": True},
         "model": _model_section(model.hf_id or model.id, goal),
@@ -107,7 +127,7 @@ def automodel_config(config: dict, model, goal: str, row: PlannedLayout, seq_len
         "dataloader": {"_target_": _DATALOADER, "collate_fn": {"_target_": _COLLATER}, "shuffle": goal != "pretrain"},
         "optimizer": {"_target_": get_dotted(config, "optimizer._target_") or "torch.optim.AdamW",
                       "lr": get_dotted(config, "optimizer.lr") or 1.0e-5,
-                      "weight_decay": get_dotted(config, "optimizer.weight_decay") or 0.0},
+                      "weight_decay": _weight_decay(config)},
         "lr_scheduler": {"lr_decay_style": "cosine", "lr_warmup_steps": min(10, max_steps // 10),
                          "min_lr": float(f"{(get_dotted(config, 'optimizer.lr') or 1.0e-5) / 10:.3g}")},
         "checkpoint": {"enabled": True, "checkpoint_dir": "checkpoints/", "model_save_format": "safetensors",
@@ -129,9 +149,31 @@ def automodel_yaml(recipe: dict, command: str, title: str, notes: list[str]) -> 
     return "\n".join(header) + "\n" + yaml.safe_dump(recipe, sort_keys=False, default_flow_style=False)
 
 
-def as_automodel(rec, config_path: str):
+# The keys an AutoModel recipe writes under the advised config's own dotted names: an --emit automodel answer's
+# change list compares the base recipe with the AutoModel YAML on these, so it lists what that YAML says.
+SHARED_KEYS = ("distributed.strategy", "distributed.tp_size", "distributed.cp_size", "distributed.pp_size",
+               "distributed.ep_size", "distributed.sequence_parallel", "step_scheduler.global_batch_size",
+               "step_scheduler.local_batch_size", "step_scheduler.max_steps", "optimizer._target_", "optimizer.lr",
+               "optimizer.weight_decay")
+
+
+def automodel_changes(base: dict, recipe: dict, advised: list[Change]) -> list[Change]:
+    """The base recipe's values against the AutoModel YAML's on the keys both write, and the advised hardware
+    changes (the launch command carries the GPU count): no key the YAML does not write (a Megatron knob)."""
+    changes = [c for c in advised if c.key.startswith("hardware.")]
+    written = flatten(recipe)
+    for key in SHARED_KEYS:
+        old, new = effective(base, key), written.get(key, MISSING)
+        if new is not MISSING and old != new:
+            layer, reason = classify(key, old, new)
+            changes.append(Change(key, old, new, layer, reason))
+    return sorted(changes, key=lambda c: c.key)
+
+
+def as_automodel(rec, config_path: str, base: dict | None = None):
     """The recommendation with its config written as an AutoModel recipe on the best layout that validates in
-    AutoModel's dialect with no error, and AutoModel's launch command; None when no layout does."""
+    AutoModel's dialect with no error, and AutoModel's launch command; None when no layout does. ``base``: the
+    base recipe's config, which the change list compares the AutoModel YAML with."""
     from dataclasses import replace
 
     from service.recommend.layout_source import REPLANNED, LayoutSource
@@ -159,9 +201,10 @@ def as_automodel(rec, config_path: str):
         report = validate_text(text, config_path, dialect=AUTOMODEL)
         if not any(f.severity == "error" for f in report.findings):
             source = rec.layout_source if row is rec.best else LayoutSource(REPLANNED, None, notes[0])
+            changes = automodel_changes(base, recipe, rec.changes) if base else []
             return replace(rec, best=row, config=recipe, config_yaml=text, findings=report.findings,
-                           commands={"automodel": command + "\n"}, notes=rec.notes + notes, emit="automodel",
-                           layout_source=source)
+                           changes=changes, commands={"automodel": command + "\n"}, notes=rec.notes + notes,
+                           emit="automodel", layout_source=source)
     return None  # the caller raises Impossible with no_automodel_layout()
 
 

@@ -184,7 +184,7 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
                              config=config, config_yaml=text, changes=changes, findings=report.findings,
                              commands=commands, notes=notes, layout_source=source)
     if emit == "automodel":
-        automodel = as_automodel(advised, config_path)
+        automodel = as_automodel(advised, config_path, base)
         if automodel is None:
             raise Impossible(no_automodel_layout(advised))
         return automodel

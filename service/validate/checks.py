@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from service.facts import Facts, Finding
 from service.validate.automodel import mesh_rules, recipe_rules  # noqa: F401  (they register too)
-from service.validate.rules import config_rules, data_rules, engine, layout, memory_fit, packing, precision, targets  # noqa: F401  (they register)
+from service.validate.rules import (  # noqa: F401  (they register)
+    config_rules,
+    data_rules,
+    engine,
+    layout,
+    memory_fit,
+    output_paths,  # noqa: F401  (it registers)
+    packing,
+    precision,
+    targets,
+)
 from service.validate.rules.registry import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES, Rule
 
 __all__ = ["AUTOMODEL_RULES", "CONFIG_RULES", "LAYOUT_RULES", "all_rules", "check_layout"]

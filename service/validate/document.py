@@ -194,6 +194,7 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
             for rule in LAYOUT_RULES:
                 findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
         _mark_known_issues(findings, view)
+    findings = _without_repeated_preflight_keys(findings)
     if any(f.code == "RA-M001" for f in findings):
         # weights alone do not fit: the whole-memory estimate would only repeat it
         findings = [f for f in findings if f.code != "RA-M002"]
@@ -204,6 +205,13 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
         if deferred_fix is not None:
             finding.fix = deferred_fix()
     return listed
+
+
+def _without_repeated_preflight_keys(findings: list[Finding]) -> list[Finding]:
+    """RA-E009 names each pre-flight refusal no other finding names: a rule that says more about the same key
+    (RA-E004's step callables, RA-E008's pipeline, a schema error) speaks for it."""
+    named = {f.key for f in findings if f.code != "RA-E009"}
+    return [f for f in findings if f.code != "RA-E009" or f.key not in named]
 
 
 # A pasted file of 50,000 unknown keys made a 18 MB answer: past this many findings

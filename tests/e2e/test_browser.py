@@ -205,3 +205,28 @@ def test_every_page_fits_the_window(browser, live_server_url, shots, viewport):
                 assert "usable" in page.inner_text("#memory .legend")
     finally:
         context.close()
+
+
+def test_the_api_docs_render_offline(browser, live_server_url, shots):
+    """Swagger UI renders the operations from this server's files: every request off it is refused."""
+    context = browser.new_context(viewport=LAPTOP)
+    refused: list[str] = []
+
+    def only_this_server(route):
+        if route.request.url.startswith(live_server_url):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_this_server)
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server_url}/docs")
+        page.wait_for_selector(".opblock-summary-path", timeout=15_000)
+        page.screenshot(path=str(shots / "api-docs.png"), full_page=True)
+        paths = [p.replace("\u200b", "") for p in page.locator(".opblock-summary-path").all_inner_texts()]
+        assert {"/v1/validate", "/v1/recommend", "/healthz"} <= set(paths), paths
+        assert not refused, refused  # nothing it needed came from the internet
+    finally:
+        context.close()

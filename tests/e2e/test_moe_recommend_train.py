@@ -6,6 +6,7 @@ another EP size (the optimizer state resharded) follows the same curve."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,16 @@ def straight_run(recommended: Path) -> Path:
     train = cli("train", str(recommended), "--nproc-per-node", "2", *TRAIN_OVERRIDES,
                 "--checkpoint.checkpoint_dir", str(ckpt), cwd=recommended.parent, timeout=600)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    (recommended.parent / "straight.log").write_text(train.stderr)
     return ckpt
+
+
+# What torch prints on its own: a Python warning, or a warning line of its logging ("[rank0]:W1207 ...").
+TORCH_WARNING = re.compile(r"\b\w*Warning: |^\[rank\d+\]:W\d{4} ", re.MULTILINE)
+
+
+def torch_warnings(log: str) -> list[str]:
+    return [line for line in log.splitlines() if TORCH_WARNING.search(line)]
 
 
 def test_recommend_plans_expert_parallel_and_validates(recommended: Path) -> None:
@@ -61,6 +71,13 @@ def test_trains_with_falling_loss_and_router_metrics(straight_run: Path) -> None
         assert row["moe_aux_loss"] >= 1.0 - 1e-4  # E * sum f_i P_i: 1 when perfectly balanced
         # 8 samples x 32 tokens x top-2 over 8 experts: 64 (token, slot) pairs per expert on average.
         assert 0 <= row["expert_load_min"] <= 64 <= row["expert_load_max"] <= 512
+
+
+def test_the_log_holds_the_products_lines_and_no_torch_warnings(straight_run: Path) -> None:
+    """No deprecation notice of the mesh slicing, no notice of the save's sequential all-gathers, per process."""
+    log = (straight_run.parent / "straight.log").read_text()
+    assert "saved checkpoint" in log and "validation loss" in log  # the run's own lines are there
+    assert torch_warnings(log) == []
 
 
 def assert_transformers_logits(folder: Path, class_name: str) -> None:
@@ -87,7 +104,7 @@ def test_sigkill_then_restart_ends_with_the_straight_losses(recommended: Path, s
     assert (ckpt / "LATEST").read_text().strip() == "epoch_0_step_4"
     restarted = run_trainer(recommended, *args, timeout=300)
     assert_clean_exit(restarted)
-    assert "resumed from" in restarted.stderr
+    assert "resumed from" in restarted.stderr and torch_warnings(restarted.stderr) == []
     assert losses(ckpt) == losses(straight_run)
 
 

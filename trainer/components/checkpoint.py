@@ -34,6 +34,14 @@ from trainer.contract.checkpoint_layout import (
 )
 
 
+def _remove(path: Path, ignore_errors: bool = False) -> None:
+    """Delete a folder of ours, or the link in its place (never what the link points to)."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+
+
 class CheckpointDir:
     """Rank-0 file operations on ``checkpoint_dir``; callers put barriers around them."""
 
@@ -46,16 +54,15 @@ class CheckpointDir:
 
     def prepare_staging(self, epoch: int, step: int) -> Path:
         tmp = self.staging(epoch, step)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        _remove(tmp)
+        tmp.mkdir(parents=True)  # new, so nothing in it is a link someone left: its files are this run's
         return tmp
 
     def remove_stale_staging(self) -> list[Path]:
         """Delete ``.tmp_`` folders left by runs that died while saving, and staged ``LATEST`` files."""
         stale = [p for p in self.root.glob(f"{TMP_PREFIX}*") if p.is_dir()] if self.root.is_dir() else []
         for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path, ignore_errors=True)
         return stale + remove_staged_files(self.root)
 
     def publish(self, tmp: Path, epoch: int, step: int) -> Path:
@@ -95,7 +102,8 @@ class CheckpointDir:
         (a half-deleted folder is never taken for a checkpoint), then the folder becomes a ``.tmp_`` one,
         which the next run's ``remove_stale_staging`` deletes should this ``rmtree`` be cut short."""
         retired = self.root / f"{TMP_PREFIX}retired_{path.name}"
-        (path / COMPLETE_MARKER).unlink(missing_ok=True)
-        shutil.rmtree(retired, ignore_errors=True)
+        if not path.is_symlink():  # a link's target is not this folder's to change
+            (path / COMPLETE_MARKER).unlink(missing_ok=True)
+        _remove(retired, ignore_errors=True)
         path.rename(retired)
-        shutil.rmtree(retired, ignore_errors=True)
+        _remove(retired, ignore_errors=True)

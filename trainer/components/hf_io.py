@@ -18,6 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from trainer.contract.model_checks import INDEX_FILE, SINGLE_FILE, has_hf_weights  # noqa: F401  (re-exported)
+from trainer.contract.safe_paths import give_umask_mode, write_text_no_follow
 from trainer.data import JsonTokenizer
 
 if TYPE_CHECKING:
@@ -63,22 +64,24 @@ def save_hf_model(
     float_dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
     if len(float_dtypes) == 1 and next(iter(float_dtypes)) in _DTYPE_NAMES:
         hf_config["torch_dtype"] = hf_config["dtype"] = _DTYPE_NAMES[next(iter(float_dtypes))]
-    (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    write_text_no_follow(out / "config.json", json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
 
     shards = _plan_shards(tensors, max_shard_bytes)
     written = [out / "config.json"]
     if len(shards) == 1:
         save_file(shards[0], str(out / SINGLE_FILE), metadata={"format": "pt"})
+        give_umask_mode(out / SINGLE_FILE)  # safetensors creates it 0600
         return written + [out / SINGLE_FILE]
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards, start=1):
         filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(out / filename), metadata={"format": "pt"})
+        give_umask_mode(out / filename)
         weight_map.update(dict.fromkeys(shard, filename))
         written.append(out / filename)
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    write_text_no_follow(out / INDEX_FILE, json.dumps(index, indent=2) + "\n")
     return written + [out / INDEX_FILE]
 
 
@@ -94,7 +97,7 @@ def write_special_token_ids(folder: Path) -> None:
         kept = key == "eos_token_id" and isinstance(config.get(key), list) and token_id in config[key]
         if token_id is not None and not kept:
             config[key] = token_id
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_text_no_follow(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _plan_shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[dict[str, torch.Tensor]]:

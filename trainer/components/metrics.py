@@ -17,6 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from trainer.contract.atomic_files import write_atomic
+from trainer.contract.safe_paths import open_no_follow
+
 
 @dataclass
 class MetricsSample:
@@ -105,16 +108,15 @@ class JsonlWriter:
                     kept.append(line)
             except (json.JSONDecodeError, AttributeError):
                 continue  # a line torn by a kill
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        tmp.replace(self.path)
+        # A staging file of a unique name, created new: a `training.jsonl.tmp` someone left (a link) is not ours.
+        write_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh = open_no_follow(self.path, "a")
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.contract.model_settings import ALL_LINEAR
+from trainer.contract.safe_paths import give_umask_mode, write_text_no_follow
 from trainer.models.builder import (
     DEFAULT_SEED,
     assign_full_tensor,
@@ -194,11 +195,12 @@ def save_adapter(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    give_umask_mode(out / ADAPTER_WEIGHTS)
     config = adapter_config(
         rank=rank, alpha=alpha, dropout=dropout, target_modules=target_modules,
         base_model_name_or_path=base_model_name_or_path,
     )
-    (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    write_text_no_follow(out / ADAPTER_CONFIG, json.dumps(config, indent=2) + "\n")
     return out
 
 

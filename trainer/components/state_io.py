@@ -45,8 +45,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_torch(obj: Any, path: Path) -> None:
     import torch
 
+    from trainer.contract.safe_paths import open_no_follow
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, path)
+    with open_no_follow(path, "w", binary=True) as fh:
+        torch.save(obj, fh)
 
 
 def load_torch(path: Path) -> Any:
@@ -70,13 +73,14 @@ def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pat
     The param groups' hyper-parameters (lr, weight decay, betas, fused, ...) stay those this run's
     config built it with: the saved groups carry the saved run's, and an unchanged config gives the
     same values, so only a resume under ``checkpoint.allow_config_change`` sees a difference."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    from trainer.components.checkpoint_trust import load_dcp
 
     configured = [{k: group[k] for k in (*optimizer.defaults, "initial_lr") if k in group}
                   for group in optimizer.param_groups]
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=str(path))
+    load_dcp(state, path)  # not dcp.load's defaults: they unpickle the metadata and the byte entries freely
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     for group, values in zip(optimizer.param_groups, configured):
         group.update(values)

@@ -1,6 +1,6 @@
 """Import and call what a ``_target_`` section names (``optimizer: {_target_: torch.optim.AdamW, lr: 3e-4}``),
-staying inside the allow-list at every step of the dotted path. The checks that import nothing (the
-allow-list, dataset sections, data and tokenizer paths) are trainer/contract/builders.py, which the
+only once the registry (trainer/contract/target_registry.py) lists it for the section. The checks that import
+nothing (the registry, dataset sections, data and tokenizer paths) are trainer/contract/builders.py, which the
 pre-flight runs first.
 """
 
@@ -8,48 +8,27 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import types
 from typing import Any, Callable, Mapping, Optional
 
-from trainer.contract.builders import check_target, in_allow_list
+from trainer.contract.builders import check_target
 from trainer.contract.overrides import ConfigError, FieldError
 
 
 def resolve_target(target: Any, key: str) -> Callable[..., Any]:
-    """Import and return the callable that ``target`` names, staying inside the allow-list."""
+    """Import and return the callable that ``target`` names, once the registry lists it for section ``key``:
+    its module (the path up to the last dot) is imported and the name read from it, nothing else."""
     check_target(target, key)
-    parts = target.split(".")
-    module: Optional[types.ModuleType] = None
-    split = len(parts)
-    while split > 1:
-        name = ".".join(parts[:split])
-        if in_allow_list(name + "."):
-            try:
-                module = importlib.import_module(name)
-                break
-            except ModuleNotFoundError as exc:
-                # Only "this prefix is not a module" is expected; a missing dependency is real.
-                if exc.name is None or not name.startswith(exc.name):
-                    raise ConfigError(f"{key}._target_: importing {name} failed: {exc}") from None
-        split -= 1
-    if module is None:
-        raise ConfigError(f"{key}._target_: no module found for {target!r}")
-    obj: Any = module
-    for depth in range(split, len(parts)):
-        try:
-            obj = getattr(obj, parts[depth])
-        except AttributeError:
-            where = ".".join(parts[:depth])
-            raise ConfigError(f"{key}._target_: {where} has no attribute {parts[depth]!r}") from None
-        # A module re-exported under an allowed name (e.g. `torch.nn.modules.module.sys`) must not
-        # become a way out of the allow-list.
-        if isinstance(obj, types.ModuleType) and not in_allow_list(obj.__name__ + "."):
-            raise ConfigError(f"{key}._target_: {target!r} reaches module {obj.__name__}, outside the allow-list")
-    if not callable(obj) or isinstance(obj, types.ModuleType):
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{key}._target_: importing {module_name} failed: {exc}") from None
+    obj = getattr(module, name, None)
+    if obj is None:  # a name the installed torch does not have yet (torch.optim.Muon before 2.9)
+        raise ConfigError(f"{key}._target_: {module_name} has no attribute {name!r} in this install; upgrade the "
+                          "package that provides it, or name another registered callable")
+    if not callable(obj):
         raise ConfigError(f"{key}._target_: {target!r} is not callable")
-    owner = getattr(obj, "__module__", None) or ""
-    if not in_allow_list(owner + "."):
-        raise ConfigError(f"{key}._target_: {target!r} is defined in {owner}, outside the allow-list")
     return obj
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 STAGING_SUFFIX = ".staging"  # `.<name>.<pid>.<random>.staging`: what remove_staged_files finds after a kill
@@ -35,11 +36,12 @@ def write_atomic(path: Path, text: str) -> None:
     touched, except where the folder cannot be synced after the rename (then the new file is in place)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}{STAGING_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         with open(fd, "w", encoding="utf-8") as fh:  # owns fd from here, closed on any error below
-            if path.is_file():  # a config kept 0600 stays private
-                os.chmod(fh.fileno(), path.stat().st_mode & 0o777)
+            old = os.stat(path, follow_symlinks=False) if os.path.lexists(path) else None
+            if old is not None and stat.S_ISREG(old.st_mode):  # a config kept 0600 stays private (a link: replaced)
+                os.chmod(fh.fileno(), old.st_mode & 0o777)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

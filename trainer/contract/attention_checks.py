@@ -9,9 +9,8 @@ nor exchanged, so a deepseek_v3 model runs with data, expert and pipeline parall
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from trainer.contract.model_checks import declared_value
 from trainer.contract.overrides import ConfigError
 
 LATENT_ATTENTION_MODEL_TYPES = ("deepseek_v3",)
@@ -26,8 +25,3 @@ def check_latent_attention_layout(model_type: Optional[str], *, tp_size: int, cp
             raise ConfigError(f"distributed.{key}: {size}: {what} parallel does not {split} the multi-head latent "
                               f"attention (MLA) of a {model_type} model in the bundled trainer; set {key}: 1 "
                               "(shard with FSDP2, and the experts with ep_size)")
-
-
-def preflight_attention_checks(cfg: Any) -> None:
-    model_type = declared_value(cfg.model, "model_type")[1]
-    check_latent_attention_layout(model_type, tp_size=cfg.distributed.tp_size, cp_size=cfg.distributed.cp_size)

@@ -3,11 +3,11 @@ dataset section, data and tokenizer paths.
 
 A section such as ``optimizer: {_target_: torch.optim.AdamW, lr: 3e-4}`` names a
 callable; its other keys are keyword arguments (the Hydra / NeMo AutoModel
-convention). Configs are data: a target is checked against an allow-list of
-module prefixes *before anything is imported*, every step of the dotted path
-must stay inside the allow-list, and private names are refused. A target
-outside it (``os.system``, ``builtins.eval``, ...) is a ConfigError naming the
-key, never an import.
+convention). Configs are data: a target must be one the registry lists for its
+section (trainer/contract/target_registry.py), checked *before anything is
+imported*. Anything else (``os.system``, ``trainer.contract.atomic_files.write_atomic``,
+a registered name in another section) is a ConfigError naming the key and the
+registry's nearest names, never an import.
 
 Torch-free: nothing here imports a target. trainer/components/targets.py imports and calls
 them, once these checks have passed.
@@ -19,30 +19,24 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipe_index.models import REPO_ID, find_bundled_model, hub_offline
-from trainer.contract.config import ALLOWED_TARGET_PREFIXES, MAX_TARGET_CHARS, is_public_dotted_path
+from trainer.contract.config import MAX_TARGET_CHARS, is_public_dotted_path
 from trainer.contract.model_checks import hub_cached
 from trainer.contract.overrides import ConfigError, FieldError
+from trainer.contract.target_registry import refusal, registered
 from trainer.contract.text import clipped
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def in_allow_list(dotted: str) -> bool:
-    return dotted.startswith(ALLOWED_TARGET_PREFIXES)
-
-
 def check_target(target: Any, key: str) -> str:
-    """Refuse a target outside the allow-list, without importing anything. Returns the target."""
+    """Refuse a target the registry does not list for section ``key``, without importing anything. Returns it."""
     if not is_public_dotted_path(target):
         raise ConfigError(
             f"{key}._target_: {clipped(repr(target), 80, 60)} is not a dotted Python path like torch.optim.AdamW "
             f"(public names only: no leading underscores; at most {MAX_TARGET_CHARS} characters)"
         )
-    if not in_allow_list(target):
-        raise ConfigError(
-            f"{key}._target_: {target!r} is outside the allowed module prefixes "
-            f"({', '.join(ALLOWED_TARGET_PREFIXES)}); configs are data and may only name those callables"
-        )
+    if registered(key, target) is None:
+        raise ConfigError(refusal(key, target, key))
     return target
 
 

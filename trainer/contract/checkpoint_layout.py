@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from trainer.contract.overrides import ConfigError
+from trainer.contract.safe_paths import write_text_no_follow
 
 COMPLETE_MARKER = ".complete"
 SCHEDULE_FILE = "schedule.json"
@@ -35,6 +36,17 @@ LATEST_FILE = "LATEST"
 TMP_PREFIX = ".tmp_"
 
 _NAME = re.compile(r"^epoch_(\d+)_step_(\d+)$")
+UNTRUSTED_FIX = ("a checkpoint is read as data and this file is not what the trainer writes; restore a checkpoint "
+                 "this trainer saved, or remove this one from the folder (auto-resume takes the newest complete one)")
+
+
+class UntrustedCheckpoint(ConfigError):
+    """A file of a checkpoint is not data the trainer wrote (a pickle of other types, damaged, truncated):
+    trainer/components/checkpoint_trust.py reads each before a resume loads any."""
+
+
+def refused(path: Path, why: str) -> UntrustedCheckpoint:
+    return UntrustedCheckpoint(f"checkpoint file {path}: {why}; {UNTRUSTED_FIX}")
 
 
 def checkpoint_name(epoch: int, step: int) -> str:
@@ -85,7 +97,7 @@ def find_latest(checkpoint_dir: Path) -> Optional[Path]:
     folder not there yet when a run stopped inside ``CheckpointDir.publish``)."""
     latest = checkpoint_dir / LATEST_FILE
     if latest.is_file():
-        named = checkpoint_dir / latest.read_text(encoding="utf-8").strip()
+        named = checkpoint_dir / Path(latest.read_text(encoding="utf-8", errors="replace").strip()).name
         if is_complete(named):
             return named
     published = list_published(checkpoint_dir)
@@ -128,12 +140,20 @@ def resolve_restore(restore_from: Optional[str], checkpoint_dir: Path) -> tuple[
 
 def read_signature(ckpt: Path) -> dict[str, Any]:
     path = ckpt / "signature.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        signature = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise refused(path, f"is not JSON ({str(exc).splitlines()[0][:200]})") from None
+    if not isinstance(signature, dict):
+        raise refused(path, "is not a model signature (no JSON object)")
+    return signature
 
 
 def write_schedule(folder: Path, steps_per_epoch: int, total_steps: int) -> None:
-    (folder / SCHEDULE_FILE).write_text(json.dumps({"steps_per_epoch": steps_per_epoch,
-                                                    "total_steps": total_steps}) + "\n")
+    write_text_no_follow(folder / SCHEDULE_FILE, json.dumps({"steps_per_epoch": steps_per_epoch,
+                                                             "total_steps": total_steps}) + "\n")
 
 
 def read_steps_per_epoch(ckpt: Path) -> Optional[int]:

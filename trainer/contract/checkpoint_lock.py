@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Optional
 
 from trainer.contract.overrides import ConfigError
+from trainer.contract.safe_paths import LinkRefused, open_no_follow
 
 LOCK_FILE = ".writer.lock"
 
@@ -35,8 +36,10 @@ def hold_checkpoint_dir(folder: Path, key: str = "checkpoint.checkpoint_dir") ->
     """Take the folder's lock (the folder exists) and write this process's PID in it. Returns the open file:
     the lock lasts until it is closed or this process ends; None where the file system has no locks (some
     network mounts), and the run goes on unguarded. Raises ConfigError naming the holder."""
-    try:
-        handle = open(folder / LOCK_FILE, "a+", encoding="utf-8")  # a+: no truncation before the lock is ours
+    try:  # r+ (created if absent): no truncation before the lock is ours; a link there is refused, not followed
+        handle = open_no_follow(folder / LOCK_FILE, "r+")
+    except LinkRefused:
+        raise
     except OSError:
         return None
     try:
@@ -60,7 +63,9 @@ def hold_checkpoint_dir(folder: Path, key: str = "checkpoint.checkpoint_dir") ->
 def check_checkpoint_dir_free(folder: Path, key: str = "checkpoint.checkpoint_dir") -> None:
     """Raise ConfigError naming the holder when a run holds the folder's lock; writes nothing."""
     try:
-        handle = open(folder / LOCK_FILE, encoding="utf-8")
+        handle = open_no_follow(folder / LOCK_FILE, "r")
+    except LinkRefused:
+        raise
     except OSError:  # none yet (nor the folder): free; unreadable: the writability check says why
         return
     with handle:

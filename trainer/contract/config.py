@@ -4,7 +4,7 @@ Pure pydantic: this module must never import torch, so that validating and
 serving stay fast and torch-free. A config is plain data (YAML, AutoModel
 style). A mapping with ``_target_`` names a callable and its other keys are
 keyword arguments; such sections accept any keys here (the validator checks
-them against the callable's signature for allow-listed targets).
+them against the callable's signature for registered targets: trainer/contract/target_registry.py).
 
 The sections are listed in README.md (Config format).
 """
@@ -345,10 +345,8 @@ class RecipeConfig(_Plain):
 
 # Sections whose mapping may carry `_target_` and free keyword arguments.
 TARGET_SECTIONS = ("recipe", "model", "dataset", "validation_dataset", "optimizer", "loss_fn")
-# What a `_target_` may name, for validate (service/validate/rules/targets.py) and the trainer
-# (trainer/contract/builders.py) alike: a dotted path of public names under these prefixes. The length bound
-# keeps a path from reaching the OS's name limit or the import system's recursion limit.
-ALLOWED_TARGET_PREFIXES: tuple[str, ...] = ("torch.optim.", "torch.nn.", "trainer.")
+# What a `_target_` may name is the registry of trainer/contract/target_registry.py, per section. The length
+# bound keeps a shown path short and any lookup cheap.
 MAX_TARGET_CHARS = 256
 _PUBLIC_DOTTED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
 
@@ -356,11 +354,6 @@ _PUBLIC_DOTTED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$"
 def is_public_dotted_path(target: Any) -> bool:
     """``torch.optim.AdamW`` yes; ``trainer.data._check``, ``os``, 300 characters or a non-string no."""
     return isinstance(target, str) and len(target) <= MAX_TARGET_CHARS and bool(_PUBLIC_DOTTED.match(target))
-
-
-def is_allowed_target(target: Any) -> bool:
-    """A public dotted path under the allowed prefixes: all a config may name."""
-    return is_public_dotted_path(target) and target.startswith(ALLOWED_TARGET_PREFIXES)
 
 
 def section_fields(section: str) -> set[str]:

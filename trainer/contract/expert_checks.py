@@ -75,21 +75,3 @@ def declared_experts(model_section: Any) -> Optional[int]:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0
-
-
-def check_moe_family(model_section: Any) -> None:
-    """An MoE model of a family the trainer does not build stops before launch, naming the model key."""
-    model_type = declared_value(model_section, "model_type")[1]
-    if declared_experts(model_section) and model_type not in MOE_MODEL_TYPES:
-        raise ConfigError(f"model.pretrained_model_name_or_path: {model_section.pretrained_model_name_or_path!r} "
-                          f"is an MoE model of type {model_type!r}, which the bundled trainer does not build; "
-                          f"supported MoE families: {', '.join(MOE_MODEL_TYPES)} (or use strategy: megatron)")
-
-
-def preflight_expert_checks(cfg: Any, world_size: int) -> None:
-    d = cfg.distributed
-    check_moe_family(cfg.model)
-    check_expert_layout(num_experts=declared_experts(cfg.model), ep_size=d.ep_size, etp_size=d.etp_size or 1,
-                        tp_size=d.tp_size, strategy=d.strategy, world_size=world_size,
-                        activation_checkpointing=d.activation_checkpointing, cp_size=d.cp_size,
-                        pp_size=d.pp_size)

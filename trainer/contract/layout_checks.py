@@ -62,9 +62,6 @@ def check_pipeline(cfg: Any, layers: Optional[int], world_size: Optional[int] = 
     if cfg.peft is not None:
         raise ConfigError("distributed.pp_size: pipeline parallel does not run LoRA (peft) in the bundled trainer; "
                           "set distributed.pp_size: 1 or remove the peft section")
-    if cfg.validation_dataset is not None:
-        raise ConfigError("validation_dataset: the bundled trainer does not validate through a pipeline yet; remove "
-                          "validation_dataset or set distributed.pp_size: 1")
     s = cfg.step_scheduler
     if world_size is not None and world_size % (d.pp_size * d.tp_size * d.cp_size) == 0:
         dp = world_size // (d.pp_size * d.tp_size * d.cp_size)

@@ -55,14 +55,6 @@ def check_model_keys(section: Any) -> None:
                           "use one of them, or remove the key for sdpa")
 
 
-def check_model_section(section: Any) -> None:
-    """For the default loader: its keys, the attention implementation and the model name."""
-    check_model_keys(section)
-    if section.target is None and section.pretrained_model_name_or_path:
-        check_model_source(section.pretrained_model_name_or_path,
-                           weights=section.kwargs().get("load_weights") is True)
-
-
 def check_model_source(name: str, weights: bool = False) -> None:
     """Refuse a name the workers certainly cannot resolve (trainer.models.builder.resolve_config's order:
     a local path, a bundled id, the Hugging Face hub). Only with HF_HUB_OFFLINE set is "not on the hub"

@@ -11,12 +11,12 @@ run's workers put it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 from trainer.contract.builders import cached_tokenizer_path, resolve_tokenizer_path
 from trainer.contract.overrides import FieldError
+from trainer.contract.safe_paths import copy_no_follow, write_text_no_follow
 
 # Datasets that encode text with ``tokenizer`` (the others, such as MockDataset, hold token ids already).
 TOKENIZING_DATASETS = ("trainer.data.JsonlPretrainDataset", "trainer.data.JsonlSFTDataset")
@@ -56,10 +56,10 @@ def save_tokenizer(spec: Optional[str], folder: Path) -> Optional[str]:
     if spec is None:
         return None
     if spec == "byte":
-        (folder / "tokenizer.json").write_text(byte_tokenizer_json(), encoding="utf-8")
+        write_text_no_follow(folder / "tokenizer.json", byte_tokenizer_json())
         bos, eos, pad = BYTE_SPECIALS
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
-        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_text_no_follow(folder / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
         return None
     # A file or folder as named; a model's from the cache its dataset filled (no network call at every save).
     try:
@@ -72,7 +72,7 @@ def save_tokenizer(spec: Optional[str], folder: Path) -> Optional[str]:
         _WARNED.add(spec)  # once per run, not at every save
         return (f"warning: {spec}'s tokenizer.json is not in the Hugging Face cache, so {folder} holds no "
                 "tokenizer; name it with dataset.tokenizer when fine-tuning from this checkpoint")
-    shutil.copyfile(source, folder / "tokenizer.json")
+    copy_no_follow(source, folder / "tokenizer.json")
     if (source.parent / "tokenizer_config.json").is_file():
-        shutil.copyfile(source.parent / "tokenizer_config.json", folder / "tokenizer_config.json")
+        copy_no_follow(source.parent / "tokenizer_config.json", folder / "tokenizer_config.json")
     return None

@@ -40,7 +40,15 @@ def gradient_mesh(mesh: DeviceMesh) -> DeviceMesh:
     flattened = getattr(mesh, "gradient_mesh", None)
     if flattened is not None and mesh["cp"].size() > 1:
         return flattened
-    return mesh["dp"]
+    return data_mesh(mesh)
+
+
+def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The ranks that read different batches: "dp", or with expert parallel the "dp" flattened from edp x ep,
+    which build_mesh keeps on the mesh (slicing a flattened dimension from the root mesh is deprecated in torch
+    and warns on every slice)."""
+    flattened = getattr(mesh, "data_mesh", None)
+    return flattened if flattened is not None else mesh["dp"]
 
 
 def dim_size(mesh: Optional[DeviceMesh], name: str) -> int:

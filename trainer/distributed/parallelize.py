@@ -15,9 +15,10 @@ Activation checkpointing:
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import logging
+from contextlib import contextmanager, nullcontext
 from functools import partial
-from typing import ContextManager, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -63,7 +64,7 @@ def build_mesh(world_size: int, tp_size: int, device_type: str, ep_size: int = 1
                                       f"of processes ({world_size})")
         shape = (world_size // (tp_size * ep_size), ep_size, tp_size)
         mesh = init_device_mesh(device_type, shape, mesh_dim_names=("edp", "ep", "tp"))
-        mesh[("edp", "ep")]._flatten("dp")
+        mesh.data_mesh = mesh[("edp", "ep")]._flatten("dp")  # read by mesh.data_mesh, not sliced again
         return mesh
     return init_device_mesh(device_type, (world_size // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
 
@@ -379,11 +380,38 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     out: dict[str, torch.Tensor] = {}
-    for name, tensor in model.state_dict().items():
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        out[clean_fqn(name)] = tensor.detach().cpu()
+    with without_log_records(REDISTRIBUTE_LOGGER, _sequential_gather_notice):
+        for name, tensor in model.state_dict().items():
+            if isinstance(tensor, DTensor):
+                tensor = tensor.full_tensor()
+            out[clean_fqn(name)] = tensor.detach().cpu()
     return out
+
+
+# An expert weight is sharded over "ep" and then by FSDP2 over "edp" (a _StridedShard): gathering it whole for a
+# consolidated save takes one all-gather per mesh dimension, which torch cannot merge and says so on every rank.
+# The save is a rare, whole-model gather, so the notice is dropped there and nowhere else.
+REDISTRIBUTE_LOGGER = "torch.distributed.tensor._redistribute"
+
+
+def _sequential_gather_notice(record: logging.LogRecord) -> bool:
+    return record.getMessage().startswith("While redistributing from") and "sequential all_gather" in (
+        record.getMessage())
+
+
+@contextmanager
+def without_log_records(logger_name: str, matches: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+    """Drop the records of one logger that ``matches`` picks, for the duration of the block."""
+    logger = logging.getLogger(logger_name)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not matches(record)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], *, strict: bool = True) -> None:

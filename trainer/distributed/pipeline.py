@@ -201,8 +201,8 @@ def build_pipeline(lm: CausalLM, mesh, *, vp_size: int, schedule: Optional[str],
 
 
 class PipelineRunner:
-    """One optimizer step's forward and backward through the pipeline, and the collectives that see the whole
-    model (loss for the log, gathering full state dicts onto the first pipeline rank)."""
+    """One optimizer step's forward and backward through the pipeline, a validation forward, and the collectives
+    that see the whole model (loss for the log, gathering full state dicts onto the first pipeline rank)."""
 
     def __init__(self, pipeline: Pipeline, mesh):
         self.pipeline = pipeline
@@ -227,6 +227,44 @@ class PipelineRunner:
             total += loss.detach().double() / scale
         dist.all_reduce(total, group=self.pp_group)
         return total
+
+    @torch.no_grad()
+    def evaluate(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Forward only, one stage after the other in schedule order, the loss on the last stage; returns the
+        batch's summed token loss on every pipeline rank (not yet reduced over data parallel). No schedule: a
+        validation batch may have another shape than the training micro batches, and needs no backward."""
+        p = self.pipeline
+        pp_size, pp_rank = dist.get_world_size(self.pp_group), dist.get_rank(self.pp_group)
+        total = torch.zeros((), dtype=torch.float64, device=input_ids.device)
+        for stage in range(p.num_stages):
+            if stage % pp_size != pp_rank:
+                continue
+            module = p.modules[p.stage_ids.index(stage)]
+            if stage == 0:
+                x = input_ids
+            else:
+                x = torch.empty((*input_ids.shape, p.model.config.hidden_size), dtype=p.activation_dtype,
+                                device=input_ids.device)
+                dist.recv(x, src=self._global_rank((stage - 1) % pp_size), group=self.pp_group)
+            if stage == p.num_stages - 1:
+                module.pending_labels = [labels]
+                total += module(x).double()
+            else:
+                out = module(x).to(p.activation_dtype).contiguous()
+                dist.send(out, dst=self._global_rank((stage + 1) % pp_size), group=self.pp_group)
+        dist.all_reduce(total, group=self.pp_group)
+        return total
+
+    def end_evaluation(self) -> None:
+        """Free what the no-grad forwards left gathered (the stage modules keep their parameters after forward
+        for the backward a training step runs; see parallelize.reshard_after_no_grad_forward)."""
+        from trainer.distributed.parallelize import reshard_after_no_grad_forward
+
+        for module in self.pipeline.modules:
+            reshard_after_no_grad_forward(module)
+
+    def _global_rank(self, pp_rank: int) -> int:
+        return dist.get_global_rank(self.pp_group, pp_rank)
 
     def gather_full(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Merge every stage's full tensors onto pipeline rank 0 of data-parallel rank 0 (global rank 0); others

@@ -29,9 +29,11 @@ from torch import nn
 
 from trainer.components import state_io
 from trainer.components.checkpoint import CheckpointDir
+from trainer.components.checkpoint_trust import verify_checkpoint
 from trainer.contract.checkpoint_layout import checkpoint_name, write_schedule
 from trainer.contract.resume_checks import checked_resume, signature_differences
-from trainer.distributed.dist import DistInfo, barrier, fault_point
+from trainer.contract.safe_paths import write_text_no_follow
+from trainer.distributed.dist import DistInfo, barrier, check_on_main, fault_point
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 
@@ -124,8 +126,8 @@ class BaseRecipe:
                 shared[key] = obj.state_dict()
         if info.is_main:
             state_io.save_torch(shared, staging / TRAINER_STATE_FILE)
-            (staging / "config.yaml").write_text(yaml.safe_dump(self.raw_config, sort_keys=False))
-            (staging / "signature.json").write_text(json.dumps(self.model_signature(), indent=2) + "\n")
+            write_text_no_follow(staging / "config.yaml", yaml.safe_dump(self.raw_config, sort_keys=False))
+            write_text_no_follow(staging / "signature.json", json.dumps(self.model_signature(), indent=2) + "\n")
             steps = getattr(self, "step_scheduler", None)
             if steps is not None:
                 write_schedule(staging, steps.steps_per_epoch, steps.total_steps)
@@ -153,6 +155,8 @@ class BaseRecipe:
             # "the newest if any", as AutoModel and torchtitan read it
             log(f"warning: restore_from.path is LATEST but {self.checkpoint_dir} holds no complete checkpoint; "
                 "starting fresh from step 0", self.dist)
+        if path is not None:  # every file read as data before any rank loads one (checkpoint_trust)
+            check_on_main(lambda: verify_checkpoint(path))
         for line in warnings:
             log(line, self.dist)
         return path

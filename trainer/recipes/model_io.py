@@ -170,11 +170,12 @@ def restore_weights_after_sharding(model: nn.Module, ckpt_dir: Path, *, peft: bo
         except (ValueError, FileNotFoundError) as exc:
             raise ConfigError(f"restore_from.path: {ckpt_dir}: {exc}") from None
     elif (ckpt_dir / "model" / SHARDED).is_dir():
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
+        from trainer.components.checkpoint_trust import load_dcp
+
         state = {"model": get_model_state_dict(model)}
-        dcp.load(state, checkpoint_id=str(ckpt_dir / "model" / SHARDED))
+        load_dcp(state, ckpt_dir / "model" / SHARDED)
         set_model_state_dict(model, state["model"])
     elif not (ckpt_dir / "model" / CONSOLIDATED).is_dir():
         raise ConfigError(f"restore_from.path: {ckpt_dir} holds no model weights (model/{CONSOLIDATED} or "
@@ -198,7 +199,9 @@ def build_device_mesh(cfg: RecipeConfig, info: DistInfo):
         raise ConfigError(f"distributed: {exc}") from None
     if mesh is None:
         return None, None, 1
-    return mesh, mesh["dp"].get_group(), mesh["dp"].size()
+    from trainer.distributed.mesh import data_mesh
+
+    return mesh, data_mesh(mesh).get_group(), data_mesh(mesh).size()
 
 
 def gradient_group(mesh) -> tuple[Any, int]:

@@ -41,6 +41,7 @@ from trainer.contract.overrides import ConfigError
 from trainer.contract.step_scheduler import StepScheduler, derive_grad_acc_steps
 from trainer.data import IGNORE_INDEX, ResumableDataLoader
 from trainer.distributed.dist import DistInfo, fault_point
+from trainer.distributed.mesh import data_mesh
 from trainer.distributed.parallelize import reshard_after_no_grad_forward
 from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
 from trainer.models.moe import collect_router_stats
@@ -172,7 +173,7 @@ class TrainFinetuneRecipe(BaseRecipe):
         self.optimizer = instantiate({"_target_": cfg.optimizer.target, **optimizer_kwargs}, "optimizer",
                                      params=params)
         self.loss_fn = build_loss_fn(cfg.loss_fn)
-        dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
+        dp_rank = data_mesh(self.mesh).get_local_rank() if self.mesh is not None else 0
         self.dataloader = self._build_dataloader("dataset", cfg.dataset, dp_rank, shuffle=cfg.dataloader.shuffle)
         self.val_dataloader = None
         if cfg.validation_dataset is not None:
@@ -326,6 +327,14 @@ class TrainFinetuneRecipe(BaseRecipe):
         with self.autocast:
             return self.pipeline.step(input_ids, labels, scale=scale).float()
 
+    def _pipeline_eval_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """(summed token loss, label tokens) of one validation batch, forward through the pipeline's stages."""
+        device = self.dist.device
+        input_ids = batch["input_ids"].to(device, non_blocking=True)
+        labels = batch["labels"].to(device, non_blocking=True)
+        with self.autocast:
+            return self.pipeline.evaluate(input_ids, labels), int((labels != IGNORE_INDEX).sum())
+
     def _dp_all_reduce(self, tensor: torch.Tensor) -> None:
         if dist.is_initialized() and self.dp_size > 1:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
@@ -354,13 +363,18 @@ class TrainFinetuneRecipe(BaseRecipe):
         tokens = 0
         self.val_dataloader.rewind()
         for batch in self.val_dataloader:
-            batch_loss, num_labels = self._forward_loss(batch)
+            if self.pipeline is not None:
+                batch_loss, num_labels = self._pipeline_eval_loss(batch)
+            else:
+                batch_loss, num_labels = self._forward_loss(batch)
             totals[0] += batch_loss.double()
             totals[1] += num_labels
             tokens += batch["input_ids"].numel() * self.dp_size
         self._grad_all_reduce(totals)
         self.model.train()
         reshard_after_no_grad_forward(self.model)
+        if self.pipeline is not None:
+            self.pipeline.end_evaluation()
         val_loss = (totals[0] / totals[1].clamp(min=1)).item()
         self.val_log.write({"step": self.step_scheduler.step, "epoch": epoch, "loss": val_loss,
                             "num_label_tokens": int(totals[1].item()), "lr": lr,

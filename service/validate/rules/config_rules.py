@@ -12,9 +12,9 @@ from recipe_index.cards import HardwareCard
 from recipe_index.errors import UnknownRecipeError
 from service.validate.rules.precision import FP8_RECIPES, PRECISION_TOKEN, precision_of_token, token_runs_on
 from service.validate.rules.registry import Violation, config_rule
-from service.validate.rules.targets import TargetNotFound, is_allowed, unknown_kwargs
+from service.validate.rules.targets import TargetNotFound, is_registered, unknown_kwargs
+from trainer.contract import target_registry
 from trainer.contract.config import (
-    ALLOWED_TARGET_PREFIXES,
     MAX_TARGET_CHARS,
     TARGET_SECTIONS,
     section_fields,
@@ -423,21 +423,27 @@ def _targets(node, key: str = "") -> Iterator[tuple[str, str]]:
             yield from _targets(v, f"{key}[{i}]")
 
 
-@config_rule("RA-S001", "error", "", "`_target_` only from the allow-list",
-             "configs are data: nothing outside the allow-list is imported or called")
+@config_rule("RA-S001", "error", "", "`_target_` only from the registry of its section",
+             "configs are data: only trainer/contract/target_registry.py's callables are imported or called")
 def target_allowed(view: "ConfigView") -> Iterator[Violation]:
     for key, target in _targets(view.doc.data):
-        if is_allowed(target):
+        if is_registered(key, target):
             continue
         where = f"{key}._target_" if key else "_target_"
         shown = clipped(repr(target), 80, 60)  # an aliased huge string would be echoed in every finding
-        if isinstance(target, str) and target.startswith(ALLOWED_TARGET_PREFIXES):  # the trainer refuses it too
-            yield Violation(f"_target_ {shown} is not a dotted path of public names of at most {MAX_TARGET_CHARS} "
-                            "characters; it was not imported", "name the public callable (no leading underscores)",
-                            key=where)
+        if not target_registry.REGISTRY.get(key):
+            place = f"`{key}`" if key else "the top level"
+            yield Violation(f"_target_ {shown} at {place}: no callable may be named there (configs are data); it "
+                            "was not imported", "remove the _target_ (the registry: docs/trainer.md)", key=where)
             continue
-        yield Violation(f"_target_ {shown} is outside the allow-list ({', '.join(ALLOWED_TARGET_PREFIXES)}); "
-                        "it was not imported", "use a callable under torch.optim., torch.nn. or trainer.", key=where)
+        why = target_registry.NOT_REGISTERED_BECAUSE.get(str(target))
+        yield Violation(f"_target_ {shown} is not a registered {key} callable" + (f" ({why})" if why else "")
+                        + f"; it was not imported (at most {MAX_TARGET_CHARS} characters, public names only)",
+                        partial(_nearest_registered, key, target), key=where)
+
+
+def _nearest_registered(section: str, target: object) -> str:
+    return f"name one of the registry's: {', '.join(target_registry.nearest_names(section, target))}"
 
 
 # Keys of a `_target_` section the trainer consumes itself and passes on under its own names (the model
@@ -450,7 +456,7 @@ TRAINER_READS = {"model": ("pretrained_model_name_or_path", "seq_length", "dtype
 def target_signature(view: "ConfigView") -> Iterator[Violation]:
     for section in TARGET_SECTIONS:
         node = view.doc.data.get(section)
-        if not isinstance(node, dict) or not is_allowed(str(node.get("_target_", ""))):
+        if not isinstance(node, dict) or not is_registered(section, node.get("_target_")):
             continue
         target = node["_target_"]
         kwargs = [k for k in node if k != "_target_" and k not in TRAINER_READS.get(section, ())]

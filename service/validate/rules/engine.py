@@ -18,18 +18,20 @@ GIB = 1024**3
 
 
 @config_rule("RA-E004", "error", "optimizer", "the bundled trainer's step can call the optimizer and loss",
-             "trainer/contract/preflight.py step_callable_problems (the pre-flight refuses the same)")
+             "trainer/contract/section_checks.py step_callable_problems (the pre-flight refuses the same)")
 def step_callables(view: "ConfigView") -> Iterator[Violation]:
-    from trainer.contract.preflight import step_callable_problems  # torch-free; the trainer's own check, not a copy
+    from trainer.contract.section_checks import (
+        step_callable_problems,  # torch-free; the trainer's own check, not a copy
+    )
 
     for key, why, fix in step_callable_problems(view.config) if _runs_bundled(view) else ():
         yield Violation(f"{key}: {why}", fix, key=key)
 
 
 @config_rule("RA-E005", "error", "", "the bundled trainer is told what to build",
-             "trainer/contract/preflight.py section_problems (the pre-flight refuses the same)")
+             "trainer/contract/section_checks.py section_problems (the pre-flight refuses the same)")
 def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
-    from trainer.contract.preflight import section_problems  # torch-free; the trainer's own check, not a copy
+    from trainer.contract.section_checks import section_problems  # torch-free; the trainer's own check, not a copy
 
     problems = section_problems(view.config) if _runs_bundled(view) else []
     fragment = any(p.missing and p.key.startswith("model.") for p in problems)
@@ -44,6 +46,35 @@ def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
         elif not fragment:  # a section left out of a config that names its model
             yield Violation(f"{p.key}: missing; the bundled trainer refuses the config without it", p.fix,
                             severity="warning", key=p.key)
+
+
+@config_rule("RA-E009", "error", "", "the bundled trainer's pre-flight accepts the config",
+             "trainer/contract/preflight_checks.py CONFIG_CHECKS (the list the pre-flight runs)")
+def preflight_refusals(view: "ConfigView") -> Iterator[Violation]:
+    """Each refusal of the pre-flight's config checks, under its key, but for the checks another rule reports in
+    full (RA-E004, RA-E005); validate_document keeps only those whose key no other finding names (a rule that says
+    more about it, such as RA-E008)."""
+    from trainer.contract.preflight_checks import CONFIG_CHECKS, config_refusals, refusal_key  # torch-free
+
+    if not _runs_bundled(view) or view.facts is None:
+        return
+    checks = tuple(check for check in CONFIG_CHECKS if check.reported_by is None)
+    for _, refusal in config_refusals(view.config, view.facts.world_size, _declared(view), checks):
+        key = refusal_key(refusal)
+        why, _, fix = str(refusal).partition(": ")[2].rpartition("; ")
+        yield Violation(f"{key}: {why or fix}", fix if why else "see the message", key=key)
+
+
+def _declared(view: "ConfigView"):
+    """What the pre-flight's checks read of the model, from the model validate resolved (no file read here)."""
+    from trainer.contract.preflight_checks import Declared
+
+    name = view.config.model.pretrained_model_name_or_path or ""
+    card = view.facts.model
+    if card is None or view.config.model.target is not None:
+        return Declared(name=name)
+    return Declared(name=name, model_type=card.model_type, layers=card.num_hidden_layers,
+                    positions=card.max_position_embeddings, experts=card.num_experts)
 
 
 def _runs_bundled(view: "ConfigView") -> bool:

@@ -1,7 +1,8 @@
 """`_target_` checks without importing anything.
 
 A config names callables; validating or serving it must never import or call
-one. Targets outside the allow-list are findings. For allowed targets the
+one. Targets the registry does not list for their section are findings
+(trainer/contract/target_registry.py). For registered targets the
 keyword names are checked against the callable's signature, read from the
 module's *source* with ``ast`` (as ``tune validate`` checks kwargs, but
 without executing the module), so validate stays torch-free and safe.
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from functools import lru_cache
 
-from trainer.contract.config import is_allowed_target as is_allowed  # noqa: F401  (validate's and `train`'s name for it)
 from trainer.contract.source_reader import DefinitionNotFound, find_definition
+from trainer.contract.target_registry import registered
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ ANY = Signature(frozenset(), True)
 
 
 TargetNotFound = DefinitionNotFound  # the name validate and `train` catch
+
+
+def is_registered(section: str, target: object) -> bool:
+    """Whether the registry lists ``target`` for ``section`` (a top-level config key): all a config may name."""
+    return registered(section, target) is not None
 
 
 def _function_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> Signature:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from service.recommend.automodel_emit import automodel_runs, launch_command
+from service.configs.changes import effective, flatten
+from service.recommend.automodel_emit import automodel_runs, checkpoint_cadence, launch_command
 from service.recommend.recommendation import recommend
 from service.validate.automodel.dialect import AUTOMODEL, detect
 from service.validate.document import validate_text
@@ -54,6 +55,28 @@ def test_peft_and_pretrain_emit_their_sections():
     assert data["model"]["_target_"].endswith(".from_config") and data["dataset"]["_target_"].endswith(
         "MockIterableDataset")
     assert _errors(pretrain.config_yaml) == []
+
+
+def test_checkpoints_at_automodels_own_cadence():
+    """AutoModel's recipes save every 500 steps on long runs and halfway through short ones, never only at the end."""
+    assert [checkpoint_cadence(n) for n in (1, 100, 1000, 2000, 9500, 300_000)] == [1, 50, 500, 500, 500, 500]
+    rec = recommend("llama32-1b", 8, "h100", goal="pretrain", emit="automodel")
+    steps = yaml.safe_load(rec.config_yaml)["step_scheduler"]
+    assert steps["max_steps"] > 1000 and steps["ckpt_every_steps"] == 500
+
+
+def test_the_change_list_says_what_the_automodel_yaml_says():
+    advised = recommend("llama3-8b", 8, "h100", goal="sft")
+    rec = recommend("llama3-8b", 8, "h100", goal="sft", emit="automodel")
+    written = flatten(yaml.safe_load(rec.config_yaml))
+    assert any(c.key == "distributed.use_megatron_fsdp" for c in advised.changes)  # the Megatron config's knob
+    for change in rec.changes:
+        if not change.key.startswith("hardware."):  # the GPU count is the launch command's
+            assert change.key in written and written[change.key] == change.new, change
+    strategy = [c for c in rec.changes if c.key == "distributed.strategy"]
+    assert [(c.old, c.new) for c in strategy] == [("megatron", "fsdp2")]
+    # What the advised config trains with and the YAML does not change is not dropped: AdamW's default decay.
+    assert written["optimizer.weight_decay"] == effective(advised.config, "optimizer.weight_decay") == 0.01
 
 
 def test_the_default_answer_keeps_its_keys():

@@ -35,8 +35,8 @@ def test_messages_name_the_engine_and_hardware_they_are_about():
     (l004,) = [f for f in validate_text(sp_alone, "c.yaml").findings if f.code == "RA-L004"]
     assert "the bundled trainer ignores it" in l004.message
     evil = BUNDLED + "loss_fn:\n  _target_: builtins.eval\n"
-    (e004,) = [f for f in validate_text(evil, "c.yaml").findings if f.code == "RA-E004"]
-    assert "builtins.eval is not a trainer loss" in e004.message
+    (s001,) = [f for f in validate_text(evil, "c.yaml").findings if f.key == "loss_fn._target_"]
+    assert s001.code == "RA-S001" and "'builtins.eval' is not a registered loss_fn callable" in s001.message
 
 
 def test_ra_l008_offers_only_expert_sizes_the_world_holds():

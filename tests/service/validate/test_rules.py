@@ -108,8 +108,12 @@ CASES = [
     ("RA-E007", "moe", {"distributed.strategy": "fsdp2", **MOCK}),  # TP 2 does not split the MoE layers
     ("RA-E008", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.pp_size": 2,
                           "distributed.vp_size": 2}),
+    # Fewer micro batches (8 / (2 x DP 4) = 1) than the 2 pipeline stages: the pre-flight's refusal.
+    ("RA-E009", "dense", {"distributed.strategy": "fsdp2", **MOCK, "distributed.tp_size": 1,
+                          "distributed.sequence_parallel": False, "distributed.pp_size": 2, "distributed.vp_size": 2,
+                          "step_scheduler.global_batch_size": 8, "step_scheduler.local_batch_size": 2}),
     ("RA-E004", "dense", {"distributed.strategy": "fsdp2", **MOCK,
-                          "loss_fn": {"_target_": "torch.nn.CrossEntropyLoss"}}),
+                          "optimizer": {"_target_": "torch.optim.SGD", "lr": 0.01, "fused": True}}),
     ("RA-E003", "dense", {"distributed.strategy": "fsdp2", **MOCK, "hardware.gpu_type": "b200", "precision": "nvfp4"}),
     ("RA-E005", "dense", {"distributed.strategy": "fsdp2", **MOCK, "model.attn_implementation": "flash_attention_9"}),
     ("RA-E006", "dense", {"hardware.gpu_type": "cpu", "distributed.tp_size": 1,
@@ -143,6 +147,7 @@ CASES = [
                                                  "num_samples": 3}}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
+    ("RA-S003", "dense", {"checkpoint.checkpoint_dir": "../../.config/autostart"}),
 ]
 
 

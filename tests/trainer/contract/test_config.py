@@ -84,12 +84,13 @@ def test_yaml_missing_and_binary(tmp_path):
         load_yaml_file(binary)
 
 
-# ---- _target_ allow-list ---------------------------------------------------------------------
+# ---- _target_ registry ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", ["os.system", "builtins.eval", "subprocess.run", "torchvision.models.x",
-                                    "torch.load", "torch.nn.modules.module.sys.exit",
+                                    "torch.load", "torch.nn.modules.module.sys.exit", "torch.optim.adamw.AdamW",
+                                    "trainer.contract.atomic_files.write_atomic", "trainer.data.MockDataset",
                                     "torch.optim.__builtins__", "trainer._private", "notdotted"])
-def test_targets_outside_the_allow_list_are_refused_without_import(target):
+def test_targets_outside_the_registry_are_refused_without_import(target):
     before = set(sys.modules)
     with pytest.raises(ConfigError, match="optimizer._target_"):
         resolve_target(target, "optimizer")
@@ -98,12 +99,17 @@ def test_targets_outside_the_allow_list_are_refused_without_import(target):
         assert first not in sys.modules, f"{first} was imported while refusing {target}"
 
 
-def test_allowed_targets_resolve():
+def test_registered_targets_resolve_in_their_section_only():
     import torch
 
+    from trainer.loss import causal_lm_loss
+
     assert resolve_target("torch.optim.AdamW", "optimizer") is torch.optim.AdamW
-    assert resolve_target("torch.nn.CrossEntropyLoss", "loss_fn") is torch.nn.CrossEntropyLoss
+    assert resolve_target("trainer.loss.causal_lm_loss", "loss_fn") is causal_lm_loss
     assert check_target("trainer.data.MockDataset", "dataset") == "trainer.data.MockDataset"
+    with pytest.raises(ConfigError, match=r"^loss_fn\._target_: torch\.nn\.CrossEntropyLoss is not a registered "
+                                          r"loss_fn callable.*nearest: trainer\.loss\.causal_lm_loss"):
+        resolve_target("torch.nn.CrossEntropyLoss", "loss_fn")
 
 
 def test_instantiate_passes_kwargs_and_only_accepted_defaults():
@@ -147,7 +153,8 @@ def _config(tmp_path: Path, **changes) -> Path:
     ({"dataset": {"_target_": "trainer.data.JsonlSFTDataset", "path": "no/such.jsonl", "seq_length": 8}}, 2,
      "dataset.path: file 'no/such.jsonl' not found"),
     ({"restore_from": {"path": "epoch_9_step_9"}}, 2, "restore_from.path: 'epoch_9_step_9' does not exist"),
-    ({"optimizer": {"_target_": "os.system", "command": "true"}}, 2, "optimizer._target_: 'os.system'"),
+    ({"optimizer": {"_target_": "os.system", "command": "true"}}, 2,
+     "optimizer._target_: os.system is not a registered optimizer callable"),
     ({"step_scheduler__global_batch": 3}, 2, "step_scheduler.global_batch: unknown key"),
     ({"dataset": {"preset": "squad", "seq_length": 64}}, 2, "dataset.preset: 'squad' is a Megatron Bridge dataset"),
     ({"validation_dataset": {"seq_length": 64}}, 2, "validation_dataset._target_: missing"),
@@ -219,13 +226,21 @@ def test_train_bad_config_stops_in_the_launcher(tmp_path):
     assert not (tmp_path / "ckpt").exists()
 
 
-def test_train_refuses_a_target_that_does_not_exist_before_any_worker(tmp_path, capsys):
+def test_train_refuses_a_target_that_does_not_exist_before_any_worker(tmp_path, capsys, monkeypatch):
     from service.cli.train import run_argv
+    from trainer.contract import target_registry
 
     code = run_argv([str(_config(tmp_path)), "--dataset._target_", "trainer.data.Nope", "--dry-run"])
-    err = capsys.readouterr().err
     assert code == 2
-    assert "error: dataset._target_: trainer.data.Nope cannot be found (Nope is not defined in trainer.data)" in err
+    assert ("error: dataset._target_: trainer.data.Nope is not a registered dataset callable; configs are data and "
+            "may name only the registry's; nearest: trainer.data.MockDataset") in capsys.readouterr().err
+    # A registered name this install lacks (torch.optim.Muon before torch 2.9) is found missing before launch.
+    missing = target_registry.Registered("trainer.data.Nope", ("seq_length",))
+    monkeypatch.setitem(target_registry.REGISTRY, "dataset", (*target_registry.DATASETS, missing))
+    code = run_argv([str(_config(tmp_path)), "--dataset._target_", "trainer.data.Nope", "--dry-run"])
+    assert code == 2
+    assert "error: dataset._target_: trainer.data.Nope cannot be found (Nope is not defined in trainer.data)" in \
+        capsys.readouterr().err
 
 
 def test_train_checks_the_checkpoint_dir_before_launching(tmp_path, capsys):

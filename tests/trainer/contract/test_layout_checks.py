@@ -30,7 +30,6 @@ NO_VALIDATION = ["--validation_dataset", "null"]
      "distributed.pp_size: pipeline parallel does not combine with context parallel"),
     (["--distributed.pp_size", "2", "--distributed.tp_size", "2", *NO_VALIDATION], 4,
      "distributed.pp_size: pipeline parallel does not combine with tensor parallel"),
-    (["--distributed.pp_size", "2"], 2, "validation_dataset: the bundled trainer does not validate through a pipeline"),
     (["--distributed.pp_size", "2", "--step_scheduler.global_batch_size", "4", *NO_VALIDATION], 2,
      "step_scheduler.global_batch_size: 4 gives 1 micro batch(es) of local_batch_size 4"),
     (["--distributed.cp_size", "4"], 2, "distributed.cp_size: tp_size x cp_size x pp_size = 1 x 4 x 1 = 4 does not "
@@ -47,6 +46,7 @@ def test_preflight_refuses_layouts_the_trainer_cannot_run(overrides, world, mess
     (["--distributed.cp_size", "2"], 2),
     (["--distributed.cp_size", "2", "--distributed.tp_size", "2"], 4),
     (["--distributed.pp_size", "2", *NO_VALIDATION], 2),
+    (["--distributed.pp_size", "2"], 2),  # validation runs through the pipeline's stages
     (["--distributed.pp_size", "2", *NO_VALIDATION], 4),
 ])
 def test_preflight_accepts_the_layouts_the_trainer_runs(overrides, world):

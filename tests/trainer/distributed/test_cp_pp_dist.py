@@ -1,7 +1,8 @@
 """Context parallel and pipeline parallel (1F1B, interleaved 1F1B) equal one process, for real:
 `torch.distributed.run` with gloo on CPU, running dist_scripts/cp_pp_equivalence.py beside this file.
 
-One launch trains every 2-process case; the 4-process meshes (DP x CP, CP x TP, PP x DP) are marked slow.
+One launch trains every 2-process case (the pipeline cases validate between steps too); the 4-process meshes
+(DP x CP, CP x TP, PP x DP) are marked slow.
 """
 
 from __future__ import annotations
@@ -38,8 +39,14 @@ def check_case(out: Path, case: str, world_size: int) -> None:
     assert result["weight_diff"] < WEIGHT_TOLERANCE
     assert result["weight_change"] > 10 * WEIGHT_TOLERANCE  # training moved the weights: the check has teeth
     for rank in range(world_size):  # every rank saw the same global loss
-        rank_losses = json.loads((out / f"{case}.rank{rank}.json").read_text())["losses"]
-        assert rank_losses == pytest.approx(result["losses"], abs=1e-12)
+        rank_result = json.loads((out / f"{case}.rank{rank}.json").read_text())
+        assert rank_result["losses"] == pytest.approx(result["losses"], abs=1e-12)
+        assert rank_result["val_losses"] == result["val_losses"]
+    if case.startswith("pp"):  # validation forward over the stages, loss on the last: one process's loss
+        assert len(result["val_losses"]) == len(result["reference_val_losses"]) == 2
+        for got, expected in zip(result["val_losses"], result["reference_val_losses"]):
+            assert got == pytest.approx(expected, abs=TOLERANCE)
+        assert abs(result["val_losses"][1] - result["val_losses"][0]) > 100 * TOLERANCE  # the weights it saw moved
 
 
 @pytest.mark.parametrize("case", TWO_PROCESS_CASES)

@@ -1,8 +1,9 @@
 """The bundled trainer with pipeline parallel and context parallel, for real (2 CPU processes over gloo).
 
-Pipeline: a PP=2 run of tiny-llama equals one process, its consolidated checkpoint holds the whole model
-(transformers loads it with the trainer's logits), it resumes after a SIGKILL with the same losses, and it
-resumes under another PP size. Context parallel: tiny-llama-long at 8K tokens trains with CP=2 and resumes.
+Pipeline: a PP=2 run of tiny-llama equals one process (its validation losses too), its consolidated checkpoint
+holds the whole model (transformers loads it with the trainer's logits), it resumes after a SIGKILL with the same
+losses, and it resumes under another PP size. Context parallel: tiny-llama-long at 8K tokens trains with CP=2 and
+resumes.
 """
 
 from __future__ import annotations
@@ -14,20 +15,24 @@ from tests.trainer.harness import assert_clean_exit, losses, records, run_traine
 
 TOL = 1e-5
 PIPELINE = {"distributed": {"strategy": "fsdp2", "backend": "gloo", "pp_size": 2}}
+# Validation at steps 4 and 8, before each checkpoint: through the stages under PP, one forward without.
+VALIDATED = {"validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 48, "num_samples": 16,
+                                    "seed": 4321},
+             "step_scheduler": {"val_check_interval": 4}}
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """One process, no pipeline: `python -m trainer CONFIG`."""
     folder = tmp_path_factory.mktemp("single")
-    assert_clean_exit(run_trainer(write_config(folder), nproc=0))
+    assert_clean_exit(run_trainer(write_config(folder, VALIDATED), nproc=0))
     return folder / "ckpt"
 
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pp2")
-    assert_clean_exit(run_trainer(write_config(folder, PIPELINE)))
+    assert_clean_exit(run_trainer(write_config(folder, {**PIPELINE, **VALIDATED})))
     return folder / "ckpt"
 
 
@@ -42,6 +47,14 @@ def _assert_same_curve(run_dir, reference_dir, steps=range(1, 9)):
 
 def test_pipeline_run_equals_one_process(pipeline_run, reference):
     _assert_same_curve(pipeline_run, reference)
+
+
+def test_pipeline_validation_equals_one_process(pipeline_run, reference):
+    got, want = records(pipeline_run / "validation.jsonl"), records(reference / "validation.jsonl")
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [4, 8]
+    for g, w in zip(got, want):
+        assert g["num_label_tokens"] == w["num_label_tokens"]
+        assert abs(g["loss"] - w["loss"]) <= TOL, (g["step"], g["loss"], w["loss"])
 
 
 def test_pipeline_checkpoint_holds_the_whole_model_and_loads_in_transformers(pipeline_run, reference):

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from parallel_equivalence import GLOBAL_BATCH, SEED, batches, full_grads, max_diff
 
 from trainer.distributed.expert_parallel import configure_aux_loss
+from trainer.distributed.mesh import data_mesh
 from trainer.distributed.parallelize import build_mesh, full_state_dict, parallelize_model
 from trainer.loss import causal_lm_loss
 from trainer.models import build_causal_lm
@@ -89,7 +90,7 @@ def run_case(case: str, config_dir: Path, out: Path) -> None:
     model = parallelize_model(build_causal_lm(path, device="meta" if on_meta else "cpu", seed=SEED), mesh,
                               activation_checkpointing=ac, precision="fp32", device="cpu")
     init_diff = max_diff(full_state_dict(model), init)
-    dp = mesh["dp"]
+    dp = data_mesh(mesh)  # edp x ep flattened, kept on the mesh (slicing it from the root is deprecated)
     losses, aux, loads, grads, final = train(model, data, dp_rank=dp.get_local_rank(), dp_size=dp.size(),
                                              dp_group=dp.get_group(), chunked=chunked)
     expert_local_rows = [tuple(p.to_local().shape) for n, p in model.named_parameters() if "experts.gate_proj" in n]
