@@ -65,6 +65,9 @@ class Finding:
     # Findings of the same code and severity after this one that the list leaves out (validate's cap);
     # counted in the summary, said in the message.
     not_listed: int = 0
+    # Accepted by the user (service/validate/suppress.py): {"kind": "inSource" | "external", "justification": why}.
+    # Listed in JSON and SARIF (as SARIF suppressions), left out of text, GitHub and the counts.
+    suppressed: Optional[dict] = None
 
     @property
     def text(self) -> str:
@@ -80,7 +83,7 @@ class Finding:
             "line": self.line,
             "column": self.column,
             "fix": self.fix,
-        }
+        } | ({"suppressed": self.suppressed} if self.suppressed else {})
 
 
 @dataclass

@@ -20,6 +20,21 @@ def _hub_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session")
+def _runs_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs-stores")
+
+
+_store_numbers = iter(range(1 << 30))
+
+
+@pytest.fixture(autouse=True)
+def _own_runs_store(monkeypatch, _runs_dir):
+    """Each test has its own (not yet created) runs store: `train` records there, not in the user's data folder,
+    and `plan` finds no runs unless the test adds them."""
+    monkeypatch.setenv("RECIPE_ADVISOR_DB", str(_runs_dir / f"runs-{next(_store_numbers)}.sqlite"))
+
+
 @pytest.fixture(scope="module")
 def client():
     """The app behind FastAPI's in-process test client (one per test module)."""

@@ -305,6 +305,17 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
         "use_sliding_window": False, "rms_norm_eps": 1e-6, "hidden_act": "silu",
         "architectures": ["Qwen2MoeForCausalLM"],
     },
+    # DeepSeek-V3's shape at tiny-moe's size: MLA (query compression), layer 0 dense, then 8 routed experts in
+    # 4 groups (a token may use the best 2), sigmoid scores with the selection bias, one shared expert.
+    "tiny-deepseek-v3": {
+        "model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "routed_scaling_factor": 2.5, "norm_topk_prob": True, "q_lora_rank": 32, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "rope_interleave": True,
+        "vocab_size": 512, "max_position_embeddings": 256, "tie_word_embeddings": False, "rope_theta": 10000.0,
+        "attention_bias": False, "rms_norm_eps": 1e-6, "hidden_act": "silu", "architectures": ["DeepseekV3ForCausalLM"],
+    },
 }
 
 # Hub repos renamed after the reference recorded them: the current id finds the card too (model pages and

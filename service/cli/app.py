@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "hardware": "service.cli.browse",
     "serve": "service.cli.serve",
     "train": "service.cli.train",
+    "runs": "service.cli.runs",
+    "tune": "service.cli.tune",
 }
 
 HELP = {
@@ -40,6 +42,8 @@ HELP = {
     "hardware": "list the bundled hardware cards",
     "serve": "run the HTTP service",
     "train": "launch the bundled trainer via torch.distributed.run",
+    "runs": "the runs store: list, show, add, compare, delete, export measured runs",
+    "tune": "measure the best candidate layouts on your hardware, keep the fastest",
 }
 
 

@@ -15,6 +15,7 @@ from service.plan.report import DEFAULT_TOP, format_text, plan_json
 from service.plan.types import ENGINES, GOALS, PlanError
 from service.recommend.contract import plan_request
 from service.request import AdviceRequest, advice_request, check_limits
+from service.runs.advice import reading_store, with_runs
 from service.validate.rules.precision import PRECISION_CHOICES
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
@@ -38,6 +39,8 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype gradients are reduced and (Megatron) buffered in (default: the recipe's; fp32)")
     p.add_argument("--engine", choices=ENGINES, default="megatron",
                    help="megatron: every parallel dimension; bundled: what the bundled trainer supports")
+    p.add_argument("--db", metavar="URL", help="the runs store whose measurements stand beside the estimates (a "
+                   "SQLite path or a postgresql+psycopg:// URL; default RECIPE_ADVISOR_DB, else the user's store)")
 
 
 def add_parser(subparsers, name: str) -> None:
@@ -90,7 +93,7 @@ def report_error(err: Exception) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         request = request_from_args(args, gpu_type_first=True)
-        result = plan(plan_request(request))
+        result = with_runs(plan(plan_request(request)), reading_store(args.db))
     except REQUEST_ERRORS as err:
         return report_error(err)
     if args.format == "json":

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = DEFAULT_CONFIG if to_stdout or not args.output else args.output
     try:
         request = request_from_args(args, overrides)
-        rec = recommend_for(request, config_path, emit=args.emit)
+        rec = recommend_for(request, config_path, emit=args.emit, runs_db=args.db)
     except (*REQUEST_ERRORS, OverrideError) as err:
         return report_error(err)
     except YamlError as err:  # the written YAML is re-read under the file limits: a value beyond them

@@ -60,6 +60,15 @@ def add_parser(subparsers, name: str = "serve") -> argparse.ArgumentParser:
     return parser
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"recipe-advisor serve: --port {args.port} is not a TCP port (1-65535)", file=sys.stderr)
@@ -90,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     # The protocol reads its limits here; --workers processes inherit the environment.
     os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
     os.environ[HEADER_TIMEOUT_ENV] = repr(args.header_timeout)
+    if not _is_loopback(args.host):  # writes to the runs store then need RECIPE_ADVISOR_TOKEN (runs_access)
+        os.environ["RECIPE_ADVISOR_PUBLIC"] = "1"
     uvicorn.run(
         APP_PATH,
         http=PROTOCOL_PATH,

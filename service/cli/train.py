@@ -6,7 +6,8 @@ A bad config stops here with one message per problem instead of N worker traceba
 run that cannot fit; validate's warnings are printed and do not stop it, and
 ``--ignore-validation-errors`` launches despite its errors. Then it runs
 ``python -m torch.distributed.run --nproc-per-node N --standalone -m trainer CONFIG ...``
-in this process (``--dry-run`` prints that command). Exit codes are the trainer's:
+in this process (``--dry-run`` prints that command), and records the run in the runs store when it ends
+(service/runs/training.py). Exit codes are the trainer's:
 0 done, 2 bad config (found here or by the workers), 1 failure, 128+N stopped by signal N.
 """
 
@@ -169,7 +170,13 @@ def run_argv(argv: list[str]) -> int:
     except ConfigError as exc:
         print(one_line(f"error: {exc}"), file=sys.stderr)
         return 2
-    return launch(cmd[3:])
+    code = launch(cmd[3:])
+    if args.node_rank in (None, 0):  # one record per run: the first node's
+        from service.runs.training import record_training_run
+
+        record_training_run(raw, Path(cfg.checkpoint.checkpoint_dir), code, gpus_per_node=nproc, nodes=nnodes,
+                            command=["recipe-advisor", "train", *argv])
+    return code
 
 
 def report_validation(path: str, raw: dict, cfg, overrides: list[str], *, gpus_per_node: int, num_nodes: int,

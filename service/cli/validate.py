@@ -16,11 +16,13 @@ from service.validate.document import (
     BadArgument,
     FileReport,
     check_hardware_argument,
+    config_json_resolver,
     expand_paths,
     unusable_finding,
     validate_file,
     validate_text,
 )
+from service.validate.suppress import apply_baseline, apply_ignore, read_baseline, write_baseline
 from trainer.contract.text import one_line
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNUSABLE = 0, 1, 2
@@ -40,6 +42,18 @@ def add_parser(subparsers, name: str) -> None:
                    help="auto: tell each file's dialect from it (default); recipe-advisor: this product's configs; "
                         "automodel: NeMo AutoModel recipes (judged at --gpus/--nodes, else the GPUs their header "
                         "names, else 8)")
+    p.add_argument("--bridge-version", help="the Megatron Bridge release (0.5.1) or checkout date (2026-07-01) whose "
+                                            "defaults to assume, over the file's metadata.bridge_version (an unset "
+                                            "etp_size means TP before v0.6.0, 1 from it)")
+    p.add_argument("--model-config", metavar="CONFIG_JSON",
+                   help="read the model's architecture from this config.json (file or folder), offline, whatever "
+                        "name the config gives its model: for a model the index has no card for")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODE",
+                   help="accept every finding of this code (repeatable, or comma-separated); inline, on a finding's "
+                        "line: `# recipe-advisor: ignore[RA-L011] <reason>`")
+    p.add_argument("--baseline", metavar="FILE", help="accept the findings recorded in this baseline file; fail "
+                                                      "only on new ones")
+    p.add_argument("--write-baseline", metavar="FILE", help="record today's errors and warnings in FILE and exit 0")
     p.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     p.add_argument("--list-rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=run)
@@ -65,6 +79,8 @@ def format_text(reports: list[FileReport]) -> str:
     lines = []
     for report in reports:
         for f in report.findings:
+            if f.suppressed:
+                continue
             where = f"{report.path}:{f.line or 1}:{f.column or 1}"
             fix = f" (fix: {f.fix})" if f.fix else ""
             lines.append(one_line(f"{where}: {f.code} {f.severity}: {f.message}{fix}"))
@@ -83,6 +99,8 @@ def format_github(reports: list[FileReport]) -> str:
     lines = []
     for report in reports:
         for f in report.findings:
+            if f.suppressed:
+                continue
             props = f"file={_escape_gh(report.path, True)},line={f.line or 1},col={f.column or 1}," \
                     f"title={_escape_gh(f.code, True)}"
             text = f.message + (f" (fix: {f.fix})" if f.fix else "")
@@ -103,9 +121,41 @@ def format_sarif(reports: list[FileReport]) -> dict:
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": _uri(report.path)},
                     "region": {"startLine": f.line or 1, "startColumn": f.column or 1}}}],
-            })
+            } | ({"suppressions": [f.suppressed]} if f.suppressed else {}))
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "recipe-advisor", "rules": rules}}, "results": results}]}
+
+
+def _read_baseline(path: Optional[str]) -> set[str]:
+    if path is None:
+        return set()
+    try:
+        return read_baseline(path)
+    except ValueError as err:
+        raise BadArgument(str(err)) from None
+
+
+def check_model_config(path: Optional[str]) -> None:
+    from recipe_index.models import resolve_model
+
+    if path is None:
+        return
+    if not Path(path).exists():
+        raise BadArgument(f"--model-config {path}: no such file or folder (give a config.json or its folder)")
+    try:
+        resolve_model(path)
+    except (LookupError, ValueError, OSError) as err:
+        raise BadArgument(f"--model-config {path}: {err}") from None
+
+
+def check_bridge_version(version: Optional[str]) -> None:
+    from trainer.contract.bridge_version import parse_bridge_version
+
+    if version is not None:
+        try:
+            parse_bridge_version(version)
+        except ValueError as err:
+            raise BadArgument(f"--bridge-version: {err}") from None
 
 
 def check_counts(gpus: Optional[int], nodes: Optional[int]) -> None:
@@ -168,11 +218,17 @@ def run(args) -> int:
     try:
         check_hardware_argument(args.gpu_type)
         check_counts(args.gpus, args.nodes)
+        check_bridge_version(args.bridge_version)
+        check_model_config(args.model_config)
+        baseline = _read_baseline(args.baseline)
     except BadArgument as err:
         print(f"recipe-advisor validate: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
     files, missing, empty = expand_paths(p for p in args.paths if p != STDIN)
-    flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect}
+    flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect,
+             "bridge_version": args.bridge_version}
+    if args.model_config:
+        flags["resolve_model"] = config_json_resolver(args.model_config)
     reports = [validate_stdin(**flags)] if STDIN in args.paths else []
     reports += [validate_file(path, **flags) for path in files]
     # A folder with nothing to check is a finding too, in every format: a CI step over a mistyped or emptied
@@ -183,6 +239,13 @@ def run(args) -> int:
                                   for p, hidden in empty.items()]):
         reports.append(FileReport(path=path, unusable=True, findings=[Finding(
             code="RA-F001", severity="error", message=message, fix=fix)]))
+    apply_ignore(reports, [code.strip() for codes in args.ignore for code in codes.split(",") if code.strip()])
+    if baseline:
+        apply_baseline(reports, baseline)
+    if args.write_baseline:
+        count = write_baseline(reports, args.write_baseline)
+        print(f"recipe-advisor validate: wrote {count} finding(s) to {args.write_baseline}", file=sys.stderr)
+        return EXIT_UNUSABLE if any(r.unusable for r in reports) else EXIT_OK
     if args.format == "json":
         print(json.dumps({"files": [r.to_dict() for r in reports], "summary": summary(reports)}, indent=2))
     elif args.format == "sarif":

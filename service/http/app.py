@@ -14,12 +14,12 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from service.http import web
+from service.http import web, web_runs
 from service.http.about import DESCRIPTION, TAGS, version
 from service.http.errors import install_error_handlers
 from service.http.limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHeadersMiddleware
 from service.http.methods import MethodsMiddleware
-from service.http.routes import advise, catalog, health, validate
+from service.http.routes import advise, catalog, health, runs, tune, validate
 
 DOCS_ASSETS = "/static-docs"
 
@@ -34,7 +34,8 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app: FastAPI = FastAPIOffline(title="Recipe Advisor", version=version(), description=DESCRIPTION,
                                   openapi_tags=TAGS, static_url=DOCS_ASSETS)
     install_error_handlers(app)
-    for routes in (health, validate, catalog, advise, web):  # this order is the order of /openapi.json
+    # this order is the order of /openapi.json
+    for routes in (health, validate, catalog, advise, tune, runs, web, web_runs):
         app.include_router(routes.router)
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     # Added last = outermost: the body cap applies before any route or parser sees a byte.

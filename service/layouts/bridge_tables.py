@@ -63,3 +63,23 @@ def megatron_fsdp_with_pp(strategy: str, sharding: Optional[str], pp: int) -> bo
     """Megatron-FSDP together with pipeline stages; the planner never offers it, RA-L017 warns on configs
     that ask for it."""
     return is_megatron_fsdp(strategy, sharding) and pp > 1
+
+
+@lru_cache(maxsize=1024)
+def recipe_pipeline(megatron_recipe: Optional[str]) -> Optional[tuple[int, int]]:
+    """(PP, VP) of the Megatron Bridge recipe the index holds under this name, or None. A shipped recipe
+    whose layers do not divide over its own pipeline sets Megatron's split in its function (GLM-4.5's
+    first/last stages, Llama 3.1 405B's and Qwen3-235B's embedding/loss accounting): keys the reference
+    table, and so the index, does not record."""
+    from recipe_index import get_recipe
+    from recipe_index.errors import UnknownRecipeError
+    from service.configs.yamlio import load_yaml
+
+    try:
+        entry = get_recipe(megatron_recipe) if megatron_recipe else None
+    except UnknownRecipeError:
+        return None
+    if entry is None or entry.megatron_recipe != megatron_recipe:
+        return None
+    dist = load_yaml(entry.path.read_text(encoding="utf-8"), str(entry.path)).data.get("distributed") or {}
+    return int(dist.get("pp_size") or 1), int(dist.get("vp_size") or 1)

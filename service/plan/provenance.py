@@ -58,9 +58,21 @@ def provenance(request: PlanRequest, row: PlannedLayout) -> dict:
     return {"used_by": used_by(request, row), "measured": measured(request, row)}
 
 
+NO_RUNS = {"measured_yours": None, "calibrated_tokens_per_s_per_gpu": None}
+
+
 def row_dict(result: Plan, row: PlannedLayout) -> dict:
-    """A row as the answers publish it, with the index recipes that run its layout and its measurement."""
-    return {**row.to_dict(result.usable_gib), **provenance(result.request, row)}
+    """A row as the answers publish it, with the index recipes that run its layout, its published measurement,
+    and what the runs store holds of it (service.runs.advice)."""
+    own = result.runs.row_fields(row) if result.runs is not None else NO_RUNS
+    return {**row.to_dict(result.usable_gib), **provenance(result.request, row), **own}
+
+
+def plan_calibration(result: Plan) -> str:
+    """calibration() of the request, preceded by what the user's runs store applied, named as theirs."""
+    published = calibration(result.request)
+    own = result.runs.describe() if result.runs is not None else None
+    return f"{own}; the model's own calibration: {published}" if own else published
 
 
 def calibration(request: PlanRequest) -> str:

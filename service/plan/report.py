@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from service.estimate.memory import gib_text
-from service.plan.provenance import calibration, provenance, row_dict
+from service.plan.provenance import plan_calibration, provenance, row_dict
 from service.plan.shown import ShownRow, shapes, shown_rows, why_first_shown
 from service.plan.sizing import MAX_GPUS_TRIED, gpus_that_fit
 from service.plan.sources import ESTIMATE, plan_choice
@@ -38,6 +38,8 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit")
                      + ("  needs a layout string (RA-L019)" if row.needs_layout_string else ""))
         lines += source_lines(marked) + provenance_lines(provenance(req, row))
+        if result.runs is not None:
+            lines += own_lines(result.runs.row_fields(row))
     why = why_first_shown(result, shown)
     if why:
         lines += ["", f"row 1 is {why}"]
@@ -59,7 +61,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      (f"the fewest GPUs of that type found to fit it: {counts[0]}" if counts
                       else f"no GPU count up to {MAX_GPUS_TRIED} fits"))
     lines += [f"note: {note}" for note in result.notes]
-    lines.append(f"estimates calibrated on: {calibration(req)}")
+    lines.append(f"estimates calibrated on: {plan_calibration(result)}")
     if result.rejections:
         lines += ["", "rejected by the rules:"]
         for code, (finding, count) in sorted(result.rejections.items()):
@@ -108,6 +110,18 @@ def provenance_lines(found: dict) -> list[str]:
     return lines
 
 
+def own_lines(fields: dict) -> list[str]:
+    """The line under a row for its measurements in the user's runs store, and its calibrated estimate."""
+    lines = []
+    own = fields["measured_yours"]
+    if own:
+        lines.append(f"      measured in your runs: {own['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
+                     f"{own['count']} run(s), spread {own['spread']:.0%}, newest {(own['newest'] or '?')[:10]}")
+    elif fields["calibrated_tokens_per_s_per_gpu"] is not None:
+        lines.append(f"      calibrated on your runs: {fields['calibrated_tokens_per_s_per_gpu']:,.0f} tok/s/GPU")
+    return lines
+
+
 def plan_json(result: Plan, top: Optional[int]) -> dict:
     """The plan (its ``top`` distinct shapes; None: all), the candidate sources' choice, the GPU counts that fit
     when none here does, and notes on the estimates."""
@@ -116,4 +130,4 @@ def plan_json(result: Plan, top: Optional[int]) -> dict:
     return {**result.to_dict(top=0), "layouts": [shown_dict(result, row) for row in shown],
             "why_first": why_first_shown(result, shown),
             "layout_source": None if choice is None else choice.source.to_dict(),
-            "gpus_that_fit": gpus_that_fit(result), "notes": result.notes, "calibration": calibration(result.request)}
+            "gpus_that_fit": gpus_that_fit(result), "notes": result.notes, "calibration": plan_calibration(result)}

@@ -34,8 +34,8 @@ from service.plan.types import Plan, PlannedLayout
 MEASURED, TUNED, LIBRARY, TRANSFERRED, ESTIMATE = "measured", "tuned", "library", "transferred", "estimate"
 SOURCE_ORDER = (MEASURED, TUNED, LIBRARY, TRANSFERRED, ESTIMATE)
 # The answer's case (layout_source.case): which source won, or that a recipe layout was weighed and replaced.
-TUNED_CASE, LIBRARY_KEPT, TRANSFERRED_CASE, REPLANNED, PLANNED = (
-    "tuned", "library_kept", "transferred", "replanned", "planned")
+MEASURED_CASE, TUNED_CASE, LIBRARY_KEPT, TRANSFERRED_CASE, REPLANNED, PLANNED = (
+    "measured", "tuned", "library_kept", "transferred", "replanned", "planned")
 SHOWN_TRANSFERS = 2  # transferred layouts `plan` shows among its first rows, marked
 # The fields whose value a tuned recipe must match when the request sets them.
 CONTRACT_FIELDS = frozenset({"seq_length", "global_batch_size", "precision"})
@@ -53,7 +53,8 @@ class LayoutSource:
     @property
     def source(self) -> str:
         """The row source of the chosen layout (SOURCE_ORDER)."""
-        return {TUNED_CASE: TUNED, LIBRARY_KEPT: LIBRARY, TRANSFERRED_CASE: TRANSFERRED}.get(self.case, ESTIMATE)
+        return {MEASURED_CASE: MEASURED, TUNED_CASE: TUNED, LIBRARY_KEPT: LIBRARY,
+                TRANSFERRED_CASE: TRANSFERRED}.get(self.case, ESTIMATE)
 
     def to_dict(self) -> dict:
         return {"case": self.case, "recipe": self.recipe, "summary": self.summary, "band": self.band,
@@ -169,6 +170,9 @@ def choose(result: Plan, library: Optional[RecipeEntry], given: frozenset[str],
     req = result.request
     band = band_for(result)
     found = transfers(result, precision_token(req), exclude) if req.engine == "megatron" else []
+    measured = _measured_first(result)
+    if measured is not None:
+        return Choice(result.best, measured, found)
     moved = []
     tuned = tuned_recipe(result, given, exclude) if req.engine == "megatron" else None
     if tuned is not None:
@@ -208,6 +212,19 @@ def choose(result: Plan, library: Optional[RecipeEntry], given: frozenset[str],
     if moved:
         return Choice(result.best, LayoutSource(REPLANNED, None, "re-planned: " + "; ".join(moved)), found)
     return Choice(result.best, LayoutSource(PLANNED, None, _planned_summary(result, library, found)), found)
+
+
+def _measured_first(result: Plan) -> Optional[LayoutSource]:
+    """The runs store's source (SOURCE_ORDER's first): the first row when the user measured it on this request
+    (service.runs.advice ranks measured rows by their measurement)."""
+    runs = result.runs
+    if runs is None or not getattr(runs, "measured", None) or result.best is None:
+        return None
+    from service.runs.advice import row_key  # the runs store sits above the planner
+
+    if row_key(result.best) not in runs.measured:
+        return None
+    return LayoutSource(MEASURED_CASE, None, f"measured fastest in your runs store: {describe(result.best)}")
 
 
 def _planned_summary(result: Plan, recipe: Optional[RecipeEntry], found: list[Transfer]) -> str:

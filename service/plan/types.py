@@ -206,6 +206,8 @@ class Plan:
     # The candidate sources' choice (service.plan.sources.plan_choice), computed when an answer first needs it.
     choice: Optional[Any] = field(default=None, repr=False, compare=False)
     by_key: Optional[dict] = field(default=None, repr=False, compare=False)  # Plan.find's index
+    # What the runs store adds (service.runs.advice.RunsView): measured rows, calibration; None without a store.
+    runs: Optional[object] = None
 
     @property
     def usable_gib(self) -> float:

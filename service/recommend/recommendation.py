@@ -29,7 +29,7 @@ from service.configs.changes import Change, diff, json_safe
 from service.estimate import constants as C
 from service.facts import Finding
 from service.plan.planner import make_request, plan
-from service.plan.provenance import calibration, row_dict
+from service.plan.provenance import plan_calibration, row_dict
 from service.plan.report import DEFAULT_TOP
 from service.plan.shown import shown_rows, why_first_shown
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
@@ -43,6 +43,7 @@ from service.recommend.launch_commands import render_commands
 from service.recommend.layout_source import alternatives, choose_layout
 from service.recommend.request_overrides import request_fields
 from service.request import MAX_SEQ_LENGTH, AdviceRequest, advice_request
+from service.runs.advice import reading_store, with_runs
 from service.validate.document import validate_text
 
 
@@ -100,7 +101,7 @@ class Recommendation:
             "layout": row_dict(self.plan, self.best),
             "layout_source": None if self.layout_source is None else self.layout_source.to_dict(),
             "alternatives": alternatives(self.plan, self.best),
-            "calibration": calibration(self.plan.request),
+            "calibration": plan_calibration(self.plan),
             "why_first": self.why_first,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
@@ -120,14 +121,42 @@ def recommend(model: Union[str, ModelCard], gpus: int, gpu_type: str, *, overrid
     return recommend_for(advice_request(model, gpus, gpu_type, overrides=overrides, **fields), config_path, emit)
 
 
-def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor"
-                  ) -> Recommendation:
+@dataclass
+class Prepared:
+    """A request planned, before a layout is chosen: what ``advise`` turns into a config for any row of the plan."""
+
+    card: ModelCard
+    goal: str
+    engine: str
+    recipe: Optional[RecipeEntry]
+    base: dict
+    request: Any  # PlanRequest
+    result: Plan
+    contract: dict
+    overrides: tuple
+    given: frozenset[str]  # the request fields the user set
+    notes: list[str]
+
+
+def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit: str = "recipe-advisor",
+                  runs_db: Optional[str] = None) -> Recommendation:
     """The recipe decision tree end to end (see module docstring), for the request both doors build.
     Raises UnknownHardwareError for an unknown GPU type, OverrideError for unusable overrides, PlanError for
     unusable values and Impossible when no layout on the given GPUs serves the request. Overrides of keys
     a request field sets (the sequence length, global batch, precision, GPU type, model) are that field
     (service.recommend.request_overrides). ``config_path``: the file the launch commands read. ``emit``:
-    ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit)."""
+    ``automodel`` writes the config as a NeMo AutoModel recipe (service.recommend.automodel_emit). ``runs_db``:
+    the runs store whose measurements rank the layouts (service.runs.advice; default RECIPE_ADVISOR_DB or the
+    user's default store, when it exists)."""
+    prepared = prepare(advice, runs_db)
+    best, source = choose_layout(prepared.result, prepared.recipe, prepared.given)
+    return advise(prepared, best, source, config_path, emit)
+
+
+def prepare(advice: AdviceRequest, runs_db: Optional[str] = None, *, read_runs: bool = True) -> Prepared:
+    """Steps 1 and 2 of the decision tree: the recipe, its contract and the plan, ranked with the measurements of
+    the runs store unless ``read_runs`` is False (tune: its candidates keep the estimates' order, so a second
+    tune asks for the same trials). Raises as ``recommend_for``."""
     card, gpus, nodes, goal, engine = advice.model, advice.gpus, advice.nodes, advice.goal, advice.engine
     given = request_fields(advice.overrides, {"gpu_type": advice.gpu_type, "seq_length": advice.seq_length,
                                               "precision": advice.precision,
@@ -145,7 +174,7 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
     recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
     # The plan knows which contract fields the user set, as `plan` does: a tuned recipe must match only those.
     request = replace(request, given=set_fields & request.given)
-    result = plan(request)
+    result = with_runs(plan(request), reading_store(runs_db)) if read_runs else plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
         peft_notes: list[str] = []
@@ -161,12 +190,22 @@ def recommend_for(advice: AdviceRequest, config_path: str = "config.yaml", emit:
         notes.append(_long_context_note(request.seq_length, engine, result))
     if result.best is None:
         raise _impossible(result, request)
-    best, source = choose_layout(result, recipe, set_fields)
-    base, config = build_config(card, goal, engine, recipe, best, request, advice.overrides, notes, contract,
-                                base=base)
+    return Prepared(card=card, goal=goal, engine=engine, recipe=recipe, base=base, request=request, result=result,
+                    contract=contract, overrides=tuple(advice.overrides), given=set_fields, notes=notes)
+
+
+def advise(prepared: Prepared, best: PlannedLayout, source: Optional[LayoutSource], config_path: str = "config.yaml",
+           emit: str = "recipe-advisor") -> Recommendation:
+    """Steps 3 and 4 for one row of the prepared plan: the config, its findings and the launch commands."""
+    card, goal, engine, recipe, request, result = (prepared.card, prepared.goal, prepared.engine, prepared.recipe,
+                                                   prepared.request, prepared.result)
+    notes = list(prepared.notes)
+    base, config = build_config(card, goal, engine, recipe, best, request, list(prepared.overrides), notes,
+                                prepared.contract, base=prepared.base)
     text = _dump(config, recipe, notes)
     # About the layout and the estimates, not the config's header.
-    notes += [source.summary, *result.notes, f"estimates calibrated on: {calibration(request)}"]
+    notes += [*([source.summary] if source else []), *result.notes,
+              f"estimates calibrated on: {plan_calibration(result)}"]
     report = validate_text(text, config_path)
     # As `diff` lists them: what the trainer reads, and of the index metadata only the labels that are
     # convergence (the Bridge recipe, the FP8 recipe).

@@ -16,6 +16,8 @@ from service.validate.rules import (  # noqa: F401  (they register)
     memory_fit,
     output_paths,  # noqa: F401  (it registers)
     packing,
+    pipeline,
+    pitfalls,
     precision,
     targets,
 )

@@ -22,7 +22,9 @@ from service.layouts.arithmetic import PIPELINE_SPLIT_KEYS
 from service.validate.automodel.dialect import AUTO, AUTOMODEL, detect
 from service.validate.automodel.validate import automodel_findings
 from service.validate.checks import CONFIG_RULES, LAYOUT_RULES
+from service.validate.readings import layout_findings_by_reading
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
+from service.validate.suppress import apply_inline
 from service.validate.view import ConfigView
 from trainer.contract.config import RecipeConfig, section_fields, top_level_keys
 from trainer.contract.fast_paths import TRAINER_LOSSES, adapts_lm_head
@@ -41,11 +43,11 @@ class FileReport:
 
     @property
     def errors(self) -> int:
-        return sum(1 + f.not_listed for f in self.findings if f.severity == "error")
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "error" and not f.suppressed)
 
     @property
     def warnings(self) -> int:
-        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning")
+        return sum(1 + f.not_listed for f in self.findings if f.severity == "warning" and not f.suppressed)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "findings": [f.to_dict() for f in self.findings]}
@@ -126,11 +128,11 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                     ep=d.ep_size, etp=d.etp_size or 1, sp=d.sequence_parallel,
                     micro_batch_size=cfg.step_scheduler.local_batch_size, recompute=d.activation_checkpointing)
     mode = cfg.metadata.mode if cfg.metadata else ("peft" if cfg.peft else "pretrain")
-    # A layout string in our spelling, or in Megatron's own under `model:` (what RA-L019's fix names).
-    layout_string = d.pipeline_layout or (cfg.model.model_extra or {}).get("pipeline_model_parallel_layout")
-    extra = {"pipeline_layout": layout_string} if layout_string else {}
+    model_keys = cfg.model.model_extra or {}
+    extra = _pipeline_layout_facts(d.pipeline_layout, model_keys)
     extra["grad_reduce_dtype"] = d.grad_reduce_dtype
-    split = {k: v for k, v in (cfg.model.model_extra or {}).items() if k in PIPELINE_SPLIT_KEYS}
+    extra["megatron"], extra["dataset"] = dict(model_keys), cfg.dataset.kwargs()  # Megatron's settings (pitfalls.py)
+    split = {k: v for k, v in model_keys.items() if k in PIPELINE_SPLIT_KEYS}
     if split:  # Megatron's own split settings, written in the model config as RA-L011's fix says
         extra["pipeline_split"] = split
     if cfg.metadata is not None:  # the Bridge recipe and precision recipe a megatron run loads (RA-P001..3)
@@ -147,6 +149,23 @@ def facts_from_config(cfg: RecipeConfig, model: Optional[ModelCard], hardware: O
                  mode=mode, strategy=d.strategy, peft=cfg.peft is not None, extra=extra)
 
 
+def _pipeline_layout_facts(ours: Optional[str], model_keys: dict) -> dict:
+    """A layout in our spelling (distributed.pipeline_layout) or in Megatron's own under `model:` (what RA-L019's
+    fix names, a string or Megatron's list form), with the key it was written under, and the model config's
+    mtp_num_layers (Megatron's; the layout must place that many mtp layers)."""
+    extra = {}
+    theirs = model_keys.get("pipeline_model_parallel_layout")
+    if theirs not in (None, "", []):
+        extra.update(pipeline_layout=theirs, pipeline_layout_key="model.pipeline_model_parallel_layout")
+    elif ours:
+        extra.update(pipeline_layout=ours, pipeline_layout_key="distributed.pipeline_layout")
+    # Not written: the model provider's own (Bridge reads DeepSeek-V3's from its HF config), unknown here.
+    mtp = model_keys.get("mtp_num_layers", False)
+    if mtp is None or (isinstance(mtp, int) and not isinstance(mtp, bool)):
+        extra["mtp_num_layers"] = mtp or 0  # Megatron: None places no mtp layer
+    return extra
+
+
 def _fused_loss(cfg: RecipeConfig) -> bool:
     """Whether the bundled trainer runs its chunked linear + cross-entropy (no full logits): only its
     own loss does, and only unless the config turns ``loss_fn.chunked`` off (trainer/loss.py)."""
@@ -156,12 +175,36 @@ def _fused_loss(cfg: RecipeConfig) -> bool:
         chunked == "auto" and adapts_lm_head(cfg))
 
 
+def config_json_resolver(path: str) -> ModelResolver:
+    """A model resolver that reads the architecture from this config.json (a file, or a folder holding one),
+    offline, whatever name the config gives its model: for a model the index has no card for yet."""
+    def resolve(name: str) -> ModelCard:
+        from recipe_index.models import resolve_model
+
+        card = resolve_model(path)
+        return card.model_copy(update={"id": name or card.id})
+
+    return resolve
+
+
+def _model_config_path(doc: Document, cfg: RecipeConfig) -> Optional[str]:
+    """``model.config``: a config.json path next to the model's name, relative to the file's folder."""
+    written = (cfg.model.model_extra or {}).get("config")
+    if not isinstance(written, str) or not written.strip():
+        return None
+    return str(Path(doc.path).parent / written) if doc.path and not doc.path.startswith("<") else written
+
+
 def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None) -> ConfigView:
+    """``resolve_model``: where model names resolve (None: the index, a local config.json, the Hub cache; then a
+    `model.config` path in the file is read too; the HTTP service passes one that reads no local path)."""
     view = ConfigView(doc=doc)
     view.config = cfg = _schema(view, doc.data)
     if cfg is None:
         return view
+    if resolve_model is None and _model_config_path(doc, cfg):
+        resolve_model = config_json_resolver(_model_config_path(doc, cfg))
     model, view.model_error, view.model_unknown = _resolve_model(cfg.model.pretrained_model_name_or_path, resolve_model)
     hardware, view.hardware_error = _resolve_hardware(gpu_type or cfg.hardware.gpu_type)
     if gpus is not None:
@@ -178,21 +221,31 @@ def build_view(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                       nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                      dialect: Optional[str] = None, text: str = "") -> list[Finding]:
+                      dialect: Optional[str] = None, text: str = "", bridge_version: Optional[str] = None
+                      ) -> list[Finding]:
     """Every finding on one config. ``dialect``: ``recipe-advisor``, ``automodel`` (NeMo AutoModel's recipes,
     service/validate/automodel), or None/``auto`` to tell from the file; ``text``: the file's text, whose
-    comment header an AutoModel recipe states its GPU count in."""
+    comment header an AutoModel recipe states its GPU count in; ``bridge_version``: the Megatron Bridge release
+    whose defaults to assume (else the config's ``metadata.bridge_version``; service/validate/readings.py)."""
     findings: list[Finding] = []
     deferred_fixes: dict[int, Callable[[], str]] = {}
-    if (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
+    from service.validate.megatron.dialect import BRIDGE, detect_megatron
+
+    if dialect == BRIDGE or (dialect in (None, AUTO) and detect_megatron(doc.data) == BRIDGE):
+        from service.validate.megatron.validate import bridge_findings
+
+        findings = bridge_findings(doc, gpus=gpus, gpu_type=gpu_type, nodes=nodes, bridge_version=bridge_version)
+    elif (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
         findings = automodel_findings(doc, text, deferred_fixes, gpus, gpu_type, nodes, resolve_model)
     else:
         view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
         for rule in CONFIG_RULES:
             findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
         if view.facts is not None:
-            for rule in LAYOUT_RULES:
-                findings.extend(_emit(rule, rule.check(view.facts), doc, deferred_fixes))
+            def run(facts: Facts) -> list[Finding]:
+                return [found for rule in LAYOUT_RULES for found in _emit(rule, rule.check(facts), doc, deferred_fixes)]
+
+            findings.extend(layout_findings_by_reading(view, bridge_version, run, doc.position))
         _mark_known_issues(findings, view)
     findings = _without_repeated_preflight_keys(findings)
     if any(f.code == "RA-M001" for f in findings):
@@ -258,19 +311,30 @@ def unusable_finding(err: YamlError) -> Finding:
 
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                   nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                  dialect: Optional[str] = None) -> FileReport:
+                  dialect: Optional[str] = None, bridge_version: Optional[str] = None,
+                  local_files: bool = False) -> FileReport:
     """Validate one document. Raises YamlError when it is not a usable config at all.
 
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
     the HTTP service passes one that never reads local paths or the network for a client.
     """
+    from service.validate.megatron.dialect import MEGATRON_LM, looks_like_megatron_lm
+
+    if dialect == MEGATRON_LM or (dialect in (None, AUTO) and looks_like_megatron_lm(text, path)):
+        from service.validate.megatron.validate import megatron_lm_findings
+
+        findings = megatron_lm_findings(text, path, local_files, gpus=gpus, gpu_type=gpu_type, nodes=nodes,
+                                        bridge_version=bridge_version)
+        return FileReport(path=path, findings=apply_inline(findings, text))
     doc = load_yaml(text, path)
-    return FileReport(path=path, findings=validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text))
+    return FileReport(path=path, findings=apply_inline(
+        validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text, bridge_version), text))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:
     try:
-        return validate_text(read_file(path), path, **kwargs)  # read_file refuses pipes and devices first
+        # read_file refuses pipes and devices first; a file on this machine may name another (run_recipe.py)
+        return validate_text(read_file(path), path, local_files=True, **kwargs)
     except YamlError as err:
         return FileReport(path=path, findings=[unusable_finding(err)], unusable=True)
     except OSError as err:

@@ -68,7 +68,7 @@ def test_trains_with_falling_loss_and_router_metrics(straight_run: Path) -> None
     assert [r["step"] for r in rows] == list(range(1, 9))
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.1
     for row in rows:
-        assert row["moe_aux_loss"] >= 1.0 - 1e-4  # E * sum f_i P_i: 1 when perfectly balanced
+        assert row["moe_aux_loss"] >= 1.0 - 1e-4  # transformers' E * sum F_e P_e: top_k (2) when balanced
         # 8 samples x 32 tokens x top-2 over 8 experts: 64 (token, slot) pairs per expert on average.
         assert 0 <= row["expert_load_min"] <= 64 <= row["expert_load_max"] <= 512
 

@@ -21,7 +21,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 # count" (recommend answers 400 with the count that would work), nor "GPUs per node within the node
 # size of this GPU type" (plan and recommend answer 400 naming gpus). Every other check (no 5xx,
 # documented status, response schema, content type, invalid data rejected) still runs on them.
-MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend", "/v1/plan"}
+MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend", "/v1/plan", "/v1/tune"}
 # A YAML or plain-text body is text on the wire: a "negative" case that swaps the schema's string for a
 # mapping is serialised to YAML text, which is a valid body (a config), so it cannot be rejected for type.
 TEXT_MEDIA_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")

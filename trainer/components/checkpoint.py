@@ -74,7 +74,10 @@ class CheckpointDir:
         and resume would redo the steps between them."""
         final = self.root / checkpoint_name(epoch, step)
         fsync_tree(tmp)
-        write_atomic(tmp / COMPLETE_MARKER, json.dumps({"epoch": epoch, "step": step, "time": time.time()}))
+        # Each file's size, so that a truncated copy is refused before it is loaded (checkpoint_trust).
+        sizes = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        write_atomic(tmp / COMPLETE_MARKER, json.dumps({"epoch": epoch, "step": step, "time": time.time(),
+                                                        "files": sizes}))
         if final.exists():
             # Re-saving a step (a run restarted from an older checkpoint): retire the old copy first, so that
             # LATEST never names the abandoned run's copy.

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, MetadataIndex
 
-from trainer.contract.checkpoint_layout import refused
+from trainer.contract.checkpoint_layout import COMPLETE_MARKER, refused
 from trainer.contract.overrides import ConfigError, load_yaml_file
 
 # What DCP's metadata is made of (torch 2.6 to 2.13): the dataclasses of torch.distributed.checkpoint.metadata,
@@ -140,6 +140,7 @@ def verify_checkpoint(ckpt: Path) -> None:
     shard's byte entries with ``weights_only=True`` and its tensor entries in bounds, safetensors headers
     parsed. Raises UntrustedCheckpoint naming the first file that fails."""
     ckpt = Path(ckpt)
+    _check_recorded_sizes(ckpt)
     for path in sorted(p for p in ckpt.rglob("*") if p.is_file() or p.is_symlink()):
         if path.is_symlink():
             raise refused(path, "is a symbolic link; a checkpoint holds files only")
@@ -148,6 +149,25 @@ def verify_checkpoint(ckpt: Path) -> None:
             _check_dcp_folder(path)
         elif check is not None:
             check(path)
+
+
+def _check_recorded_sizes(ckpt: Path) -> None:
+    """The size of each file as ``.complete`` recorded it at publication (checkpoints saved before it did: none)."""
+    marker = ckpt / COMPLETE_MARKER
+    _check_json(marker)
+    recorded = json.loads(marker.read_bytes().decode("utf-8"))
+    files = recorded.get("files") if isinstance(recorded, dict) else None
+    if not isinstance(files, dict):
+        return
+    for name, size in files.items():
+        path = ckpt / str(name)
+        if not isinstance(size, int) or Path(str(name)).is_absolute() or ".." in Path(str(name)).parts:
+            raise refused(marker, f"records {name!r} ({size!r} bytes), which is no file of a checkpoint")
+        if path.is_symlink() or not path.is_file():
+            raise refused(path, "is missing; the checkpoint was saved with it")
+        if path.stat().st_size != size:
+            raise refused(path, f"is {path.stat().st_size} bytes, and was {size} when the checkpoint was saved "
+                                "(a truncated or altered copy?)")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -225,7 +245,6 @@ def _check_entry(fh: Any, shard: Path, size: int, fqn: str, info: Any, is_bytes:
 _CHECKS: dict[str, Callable[[Path], None]] = {
     ".json": _check_json, ".yaml": _check_yaml, ".pt": _check_torch_file, ".safetensors": _check_safetensors,
 }
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,14 +32,17 @@ class MetricsSample:
     tps: float  # tokens per second, whole global batch
     mfu: Optional[float]  # fraction of the devices' dense peak
     # MoE models only (trainer.models.moe.collect_router_stats): the load-balancing loss (without its
-    # coefficient) and the tokens routed to the least / most loaded expert in one step.
+    # coefficient), the tokens routed to the least / most loaded expert in one step, the largest coefficient
+    # of variation of a layer's load, and per layer {layer, min, max, cv}.
     moe_aux_loss: Optional[float] = None
     expert_load_min: Optional[float] = None
     expert_load_max: Optional[float] = None
+    expert_load_cv: Optional[float] = None
+    expert_load: Optional[list[dict[str, float]]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("moe_aux_loss", "expert_load_min", "expert_load_max"):
+        for key in ("moe_aux_loss", "expert_load_min", "expert_load_max", "expert_load_cv", "expert_load"):
             if out[key] is None:  # dense models: the record keeps its keys
                 del out[key]
         return out

@@ -8,7 +8,7 @@ Layout of ``checkpoint_dir``::
     training.jsonl, validation.jsonl
     LATEST                          name of the newest complete checkpoint
     epoch_<E>_step_<S>/
-        .complete                   written last; a folder without it is never taken
+        .complete                   written last (step, time, each file's size); a folder without it is never taken
         config.yaml                 the effective config of the run (a resume compares its own with it)
         signature.json              the model signature (architecture + PEFT) for compatibility checks
         schedule.json               steps per epoch (a resume reads it to tell a new length from a new

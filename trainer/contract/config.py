@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainer.contract.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS
+from trainer.contract.model_settings import ALL_LINEAR, DTYPES, KERNEL_SETTINGS, LOAD_BALANCING_TYPES
 
 STRATEGIES = ("fsdp2", "ddp", "megatron")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4")
@@ -62,10 +62,16 @@ class RecipeSection(_Target):
     """Which recipe class runs the config (``trainer.recipes.TrainFinetuneRecipe``)."""
 
 
+def _bridge_version(value: Any) -> Any:
+    from trainer.contract.bridge_version import parse_bridge_version
+
+    return parse_bridge_version(value).text if value is not None else value
+
+
 class MetadataSection(_Plain):
     """Index metadata of a bundled recipe. Not read by the trainer."""
 
-    name: str
+    name: Optional[str] = None
     kind: Literal["library", "benchmark", "bundled"] = "library"
     family: Optional[str] = None
     model: Optional[str] = None
@@ -83,6 +89,9 @@ class MetadataSection(_Plain):
     # Bridge; validate reports them as warnings marked "known upstream issue" where the reviewed table
     # (recipe_index/known_issues.py) records them for that recipe.
     known_issues: list[str] = Field(default_factory=list)
+    # The Megatron Bridge release (or checkout date) whose defaults the config assumes
+    # (trainer/contract/bridge_version.py): an unset etp_size means TP before v0.6.0, 1 from it.
+    bridge_version: Optional[Annotated[str, BeforeValidator(_bridge_version)]] = None
 
 
 def _module_names_or_all_linear(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -122,6 +131,12 @@ class ModelSection(_Target):
     # builder reads (attn_implementation, load_weights) stay its kwargs: a custom `_target_` may differ.
     kernels: Optional[Literal[KERNEL_SETTINGS]] = None
     dtype: Annotated[Optional[Literal[tuple(DTYPES)]], BeforeValidator(_without_torch_prefix)] = None
+    # MoE load balancing in Megatron's names (trainer/contract/balancing_checks.py; None: the family's own, as
+    # its config.json says): the loss type, its coefficient, DeepSeek-V3's aux-loss-free bias update and its rate.
+    moe_router_load_balancing_type: Optional[Literal[LOAD_BALANCING_TYPES]] = None
+    moe_aux_loss_coeff: Optional[float] = Field(strict=True, default=None, ge=0, allow_inf_nan=False)
+    moe_router_enable_expert_bias: Optional[bool] = Field(strict=True, default=None)
+    moe_router_bias_update_rate: Optional[float] = Field(strict=True, default=None, ge=0, allow_inf_nan=False)
 
     def kwargs(self) -> dict[str, Any]:
         typed = {name: getattr(self, name) for name in ("kernels", "dtype") if name in self.model_fields_set}

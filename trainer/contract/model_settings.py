@@ -12,6 +12,9 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 KERNELS = ("torch", "liger", "reference")
 # `model.kernels`: one of KERNELS, or "auto" (trainer/fused/runtime.py resolve_kernels picks per device).
 KERNEL_SETTINGS = ("auto",) + KERNELS
+# `model.moe_router_load_balancing_type` (Megatron's key): the Switch loss with transformers' normalisation,
+# DeepSeek-V3's sequence-wise loss, or none (trainer/models/moe_balance.py).
+LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "none")
 # `model.dtype` spellings -> the torch.dtype attribute they name (trainer/recipes/model_io.py parse_dtype).
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}

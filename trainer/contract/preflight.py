@@ -27,6 +27,7 @@ from trainer.contract.model_checks import (
 from trainer.contract.overrides import ConfigError, FieldError, apply_overrides, load_yaml_file, parse_overrides
 from trainer.contract.preflight_checks import CONFIG_CHECKS, Declared
 from trainer.contract.resume_checks import checked_resume, model_signature, signature_differences
+from trainer.contract.section_checks import section_problems
 
 
 def load_config(path: str, overrides: list[str]) -> tuple[dict[str, Any], RecipeConfig]:
@@ -87,6 +88,9 @@ def preflight(cfg: RecipeConfig, world_size: int, *, compare_resume: bool = True
         check.run(cfg, world_size, model)
     if d.sequence_parallel and d.tp_size == 1 and is_rank_zero():
         print("warning: distributed.sequence_parallel has no effect with tp_size 1", file=sys.stderr)
+    for problem in section_problems(cfg):  # what the checks let through, the trainer runs and says how
+        if problem.warning and is_rank_zero():
+            print(f"warning: {problem}", file=sys.stderr)
     check_machine_files(cfg)
     return check_resume_before_launch(cfg, world_size) if compare_resume else None
 

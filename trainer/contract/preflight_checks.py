@@ -106,8 +106,10 @@ def check_targets(cfg: Any, world_size: int, model: Declared) -> None:
 
 def check_sections(cfg: Any, world_size: int, model: Declared) -> None:
     problems = section_problems(cfg)
-    if problems:
-        raise ConfigError(str(problems[0]))
+    errors = [p for p in problems if not p.warning]
+    if errors:
+        raise ConfigError(str(errors[0]))
+
 
 
 def check_dataset_targets(cfg: Any, world_size: int, model: Declared) -> None:

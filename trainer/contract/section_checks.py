@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from trainer.contract.balancing_checks import balancing_problems
 from trainer.contract.builders import dataset_call
 from trainer.contract.capabilities import CAPABILITIES
 from trainer.contract.config import RecipeConfig
@@ -21,6 +22,7 @@ class Problem(NamedTuple):
     why: str
     fix: str = ""
     missing: bool = False
+    warning: bool = False  # the trainer runs it, and says how (a converted Megatron coefficient)
 
     def __str__(self) -> str:
         return f"{self.key}: {self.why}" + (f"; {self.fix}" if self.fix else "")
@@ -60,6 +62,7 @@ def section_problems(cfg: RecipeConfig) -> list[Problem]:
             check()
         except ConfigError as exc:
             problems.append(_problem(exc))
+    problems += [Problem(key, why, fix, warning=warning) for key, why, fix, warning in balancing_problems(cfg)]
     if cfg.peft is not None and cfg.distributed.tp_size > 1 and not CAPABILITIES.get("tp_with_lora"):
         problems.append(Problem("distributed.tp_size", "LoRA runs with data parallel only here", "set tp_size: 1"))
     return problems

@@ -103,6 +103,9 @@ def parallelize_model(
     if activation_checkpointing != "none":
         apply_activation_checkpointing(model, activation_checkpointing)
     if compile:
+        from trainer.models.moe import balance_eagerly
+
+        balance_eagerly(model)
         for block in unwrap_model(model).layers:
             block.compile(backend=compile_backend)
     if mesh is not None and strategy == "fsdp2":

@@ -18,7 +18,7 @@ from trainer.fused.ops import rotary, silu_mul
 from trainer.models.config import DecoderConfig
 from trainer.models.deepseek import LatentAttention
 from trainer.models.layers import ATTENTION_FUNCTIONS, RMSNorm, eager_attention, sdpa_attention  # noqa: F401
-from trainer.models.moe import MoE
+from trainer.models.moe import MoE, share_switch_pools
 from trainer.models.rope import RotaryEmbedding
 
 
@@ -151,6 +151,7 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        share_switch_pools(self)
 
     @property
     def layers(self) -> nn.ModuleList:

@@ -17,15 +17,17 @@ is, and local to each rank under expert parallel. Expert parallel
 (trainer/distributed/expert_parallel.py) replaces the `dispatcher`, which moves the sorted tokens
 to the ranks holding their experts and back; this module stays free of communication.
 
-The load-balancing loss is computed over the whole data-parallel batch: the per-expert token
-fractions f_i are summed over the DP group (no gradient), so the loss, and its gradient, equal
-those of one process on the whole batch. It joins the backward pass through `AttachAuxLoss` (as
-Megatron-LM's MoEAuxLossAutoScaler), so the loss function and the loop need not know about it.
+Load balancing (the Switch loss with transformers' normalisation, DeepSeek-V3's sequence-wise loss, its
+aux-loss-free bias update) is trainer/models/moe_balance.py's: the counts are summed over the data-parallel
+group first, so loss and gradient equal one process's on the whole batch, and the loss joins the backward pass
+through an identity autograd function (as Megatron-LM's MoEAuxLossAutoScaler), so the loss function and the
+loop need not know about it.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -33,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.fused.ops import silu_mul
+from trainer.models.moe_balance import PooledSwitchLoss, SwitchPools, load_summary, sequence_aux_share
 from trainer.models.moe_config import MoEConfig
 
 
@@ -64,16 +67,20 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(top-k weights [N, k] fp32, expert ids [N, k], all probabilities [N, E] fp32)."""
+        # fp32 scores whatever the model dtype or autocast (Megatron's moe_router_dtype fp32; transformers'
+        # DeepSeek-V3 router): the top-k choice and the balancing statistics see no bf16 rounding.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            logits = F.linear(x.float(), self.weight.float())
         if self.sigmoid:
-            return self._sigmoid_route(x)
-        probs = F.softmax(F.linear(x, self.weight).float(), dim=-1)
+            return self._sigmoid_route(logits)
+        probs = F.softmax(logits, dim=-1)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, experts, probs
 
-    def _sigmoid_route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+    def _sigmoid_route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores = logits.sigmoid()
         choice = scores.detach()
         if hasattr(self, "e_score_correction_bias"):
             choice = choice + self.e_score_correction_bias.float()
@@ -188,18 +195,21 @@ class AttachAuxLoss(torch.autograd.Function):
 
 
 class MoEStats:
-    """What one MoE layer routed since the last `reset`: tokens per expert and the aux-loss share."""
+    """What one MoE layer routed since the last `reset`: tokens per expert (over the DP group) per micro-batch,
+    and its share of the load-balancing loss (without the coefficient)."""
 
     def __init__(self) -> None:
         self.tokens_per_expert: Optional[torch.Tensor] = None
         self.aux_loss = 0.0
         self.micro_batches = 0
 
-    def add(self, tokens_per_expert: torch.Tensor, aux_share: torch.Tensor) -> None:
+    def add(self, tokens_per_expert: torch.Tensor) -> None:
         counts = tokens_per_expert.detach()
         self.tokens_per_expert = counts if self.tokens_per_expert is None else self.tokens_per_expert + counts
-        self.aux_loss = self.aux_loss + aux_share.detach()
         self.micro_batches += 1
+
+    def add_aux(self, share: torch.Tensor) -> None:
+        self.aux_loss = self.aux_loss + share.detach()
 
     def reset(self) -> None:
         self.__init__()
@@ -209,8 +219,9 @@ class MoE(nn.Module):
     """Router + experts, and when given: Qwen2-MoE's `shared_expert` (a dense MLP every token passes
     through, scaled by a sigmoid gate) or DeepSeek-V3's `shared_experts` (the same, ungated). `aux_group`
     (the data-parallel group) and `aux_grad_scale` are set by the recipe: the DP size over the number of
-    gradient-accumulation micro-batches (see the module doc). A coefficient of 0 (DeepSeek-V3's
-    aux-loss-free balancing) attaches no loss; the load is still recorded."""
+    gradient-accumulation micro-batches (see the module doc). The balancing (`load_balancing`, `aux_loss_coef`,
+    `bias_update_rate`) is trainer/models/moe_balance.py's; `switch_pools` is shared by the model's MoE layers
+    (CausalLM sets it) so that the Switch loss pools them."""
 
     def __init__(self, hidden_size: int, moe: MoEConfig, kernels: str = "torch",
                  shared_expert: Optional[nn.Module] = None, shared_experts: Optional[nn.Module] = None):
@@ -224,11 +235,15 @@ class MoE(nn.Module):
             self.shared_experts = shared_experts
         self.num_experts = moe.num_experts
         self.top_k = moe.top_k
+        self.load_balancing = moe.load_balancing_type
         self.aux_loss_coef = moe.router_aux_loss_coef
+        self.bias_update_rate = moe.bias_update_rate if moe.score_correction_bias else 0.0
+        self.switch_pools = SwitchPools()
         self.dispatcher = LocalDispatcher()
         self.aux_group = None
         self.aux_grad_scale = 1.0
         self.stats = MoEStats()
+        self.step_counts: Optional[torch.Tensor] = None  # routed since the last bias update, over the DP group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -246,54 +261,96 @@ class MoE(nn.Module):
         if hasattr(self, "shared_expert"):
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         if self.training and torch.is_grad_enabled():
-            aux_share, global_counts = self._aux_loss_share(counts, probs)
-            if self.aux_loss_coef:
-                out = AttachAuxLoss.apply(out, aux_share * (self.aux_loss_coef * self.aux_grad_scale))
-            self._record(global_counts, aux_share)
+            out = self._balance(out, counts, probs, experts, shape[0] if len(shape) == 3 else 1)
         out = out.reshape(shape)
         if hasattr(self, "shared_experts"):
             out = out + self.shared_experts(x)
         return out
 
-    def _aux_loss_share(self, counts: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's share of E * sum_i f_i P_i over the DP batch: f_i the fraction of routed
-        (token, slot) pairs on expert i, P_i the mean router probability of expert i. The shares of
-        the DP ranks sum to the loss of the whole batch (f is summed first, P is linear in the tokens)."""
+    # Eager under torch.compile (`balance_eagerly`): the pools are Python state, and the activation-checkpoint
+    # query below is one dynamo cannot trace (a graph break between the loss and its attachment lost the
+    # gradient, torch 2.13; tests/trainer/fused/test_fused_runtime.py checks it).
+    def _balance(self, out: torch.Tensor, counts: torch.Tensor, probs: torch.Tensor, experts: torch.Tensor,
+                 batch: int) -> torch.Tensor:
+        """`out` with the load-balancing loss attached; records the load (not in an activation recompute)."""
+        global_counts, tokens, sequences = self._global_totals(counts, probs.shape[0], batch)
+        recompute = torch._C._current_graph_task_id() != -1  # an activation-checkpoint recompute in backward
+        scale = self.aux_loss_coef * self.aux_grad_scale
+        if self.load_balancing == "aux_loss":
+            pool = self.switch_pools.current if recompute else self.switch_pools.pool_for(id(self))
+            if not recompute:
+                pool.add(id(self), global_counts, tokens)
+            out = PooledSwitchLoss.apply(out, probs.sum(dim=0), pool, scale, None if recompute else self.stats)
+        elif self.load_balancing == "seq_aux_loss":
+            share = sequence_aux_share(probs, experts, batch, sequences, self.top_k)
+            out = AttachAuxLoss.apply(out, share * scale)
+            if not recompute:
+                self.stats.add_aux(share)
+        if not recompute:
+            self.stats.add(global_counts)
+            self.step_counts = global_counts if self.step_counts is None else self.step_counts + global_counts
+        return out
+
+    def _global_totals(self, counts: torch.Tensor, tokens: int, batch: int) -> tuple[torch.Tensor, float, float]:
+        """(routed pairs per expert, tokens, sequences), summed over the DP group."""
         with torch.no_grad():
-            totals = torch.cat([counts.float(), counts.new_tensor([probs.shape[0]]).float()])
+            totals = torch.cat([counts.float(), counts.new_tensor([tokens, batch]).float()])
             if self.aux_group is not None and dist.is_initialized():
                 dist.all_reduce(totals, group=self.aux_group)
-            global_counts, global_tokens = totals[:-1], totals[-1]
-            fraction = global_counts / (global_tokens * self.top_k)
-        share = self.num_experts * (fraction * probs.sum(dim=0)).sum() / global_tokens
-        return share, global_counts
-
-    # Called after AttachAuxLoss: dynamo cannot trace the graph-task query, and with the graph break
-    # it causes between the aux loss and AttachAuxLoss, a compiled block lost the aux loss's gradient
-    # (torch 2.13; tests/trainer/fused/test_fused_runtime.py checks it).
-    def _record(self, global_counts: torch.Tensor, share: torch.Tensor) -> None:
-        if torch._C._current_graph_task_id() == -1:  # not an activation-checkpoint recompute in backward
-            self.stats.add(global_counts, share)
+        return totals[:-2], float(totals[-2]), float(totals[-1])
 
 
 def moe_layers(model: nn.Module) -> list[MoE]:
     return [m for m in model.modules() if isinstance(m, MoE)]
 
 
-def collect_router_stats(model: nn.Module, group=None, steps: int = 1) -> Optional[dict[str, float]]:
-    """{moe_aux_loss, expert_load_min, expert_load_max} over the `steps` optimizer steps since the last
-    call, then reset; None for a dense model. aux loss: mean over MoE layers and micro-batches of the
-    loss, without its coefficient; expert load: (token, slot) pairs routed to the least and the most
-    loaded expert of any layer in one step (mean over the steps), over the whole DP batch.
+def named_moe_layers(model: nn.Module) -> list[tuple[int, MoE]]:
+    """(decoder layer index, its MoE) for each MoE layer (-1 where the name carries no layer index)."""
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, MoE):
+            match = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+            out.append((int(match.group(1)) if match else -1, module))
+    return out
+
+
+def balance_eagerly(model: nn.Module) -> None:
+    """Before torch.compile: each MoE layer's balancing stays out of the compiled graph (see MoE._balance).
+    Applied by the compile step, so that a model never compiled does not import dynamo (seconds per process)."""
+    import torch._dynamo
+
+    for layer in moe_layers(model):
+        layer._balance = torch._dynamo.disable(layer._balance)
+
+
+def share_switch_pools(model: nn.Module) -> None:
+    """One pool for all MoE layers of `model`, so that the Switch loss pools them as transformers' does."""
+    pools = SwitchPools()
+    for layer in moe_layers(model):
+        layer.switch_pools = pools
+
+
+def collect_router_stats(model: nn.Module, group=None, steps: int = 1) -> Optional[dict[str, Any]]:
+    """The routing since the last call (`steps` optimizer steps), then reset; None for a dense model.
+    `moe_aux_loss`: the load-balancing loss without its coefficient (what the coefficient multiplies: the
+    pooled Switch loss, or the sum of the layers' sequence-wise losses), mean over micro-batches; absent with
+    load balancing `none`. Expert load, in (token, slot) pairs of one step over the whole DP batch (mean
+    over the steps): `expert_load_min` / `expert_load_max` over all layers, `expert_load_cv` the largest
+    coefficient of variation of a layer, and `expert_load` per layer {layer, min, max, cv}.
     Collective over `group` (the DP group) when the model has MoE layers."""
-    layers = moe_layers(model)
-    if not layers or layers[0].stats.tokens_per_expert is None:
+    named = named_moe_layers(model)
+    if not named or named[0][1].stats.tokens_per_expert is None:
         return None
+    layers = [m for _, m in named]
     aux = torch.stack([torch.as_tensor(m.stats.aux_loss).float() / max(m.stats.micro_batches, 1) for m in layers])
     if group is not None and dist.is_initialized():
         dist.all_reduce(aux, group=group)  # the shares of the DP ranks
     loads = torch.stack([m.stats.tokens_per_expert for m in layers]) / max(steps, 1)
     for m in layers:
         m.stats.reset()
-    return {"moe_aux_loss": float(aux.mean()), "expert_load_min": float(loads.min()),
-            "expert_load_max": float(loads.max())}
+    per_layer = [{"layer": index, **load_summary(load)} for (index, _), load in zip(named, loads)]
+    out = {"expert_load_min": float(loads.min()), "expert_load_max": float(loads.max()),
+           "expert_load_cv": max(row["cv"] for row in per_layer), "expert_load": per_layer}
+    if any(m.load_balancing != "none" for m in layers):
+        out["moe_aux_loss"] = float(aux.sum())
+    return out

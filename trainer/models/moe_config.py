@@ -52,6 +52,13 @@ class MoEConfig:
     # Qwen3-MoE: renormalise the top-k probabilities (norm_topk_prob); Mixtral always does.
     norm_topk_prob: bool = True
     router_aux_loss_coef: float = 0.001
+    # How the experts are kept in use (Megatron's `moe_router_load_balancing_type`; trainer/models/moe_balance.py):
+    # "aux_loss" the Switch loss as transformers' load_balancing_loss_func normalises it (f per token, pooled
+    # over the MoE layers), "seq_aux_loss" DeepSeek-V3's sequence-wise loss (per layer, summed), "none".
+    load_balancing_type: str = "aux_loss"
+    # DeepSeek-V3's aux-loss-free balancing: after each optimizer step the selection bias of each expert moves
+    # by this much towards the mean load (Megatron's `moe_router_bias_update_rate`); 0 keeps the bias fixed.
+    bias_update_rate: float = 0.0
     # Dense layers inside an MoE model (Qwen2/3-MoE): listed ones, and those off the sparse step.
     mlp_only_layers: list[int] = field(default_factory=list)
     decoder_sparse_step: int = 1
@@ -133,6 +140,10 @@ def _read_qwen_moe(cfg: dict[str, Any]) -> MoEConfig:
 # Keys of DeepSeek's own config.json that transformers' DeepseekV3 reads as fixed: a config that says
 # otherwise describes a model neither transformers nor this trainer builds.
 DEEPSEEK_FIXED = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
+# DeepSeek-V3's balancing (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", section 4.2): the bias update
+# speed gamma and the sequence-wise balance factor alpha of its pre-training.
+DEEPSEEK_BIAS_UPDATE_RATE = 1e-3
+DEEPSEEK_SEQ_AUX_ALPHA = 1e-4
 # transformers' DeepseekV3Config defaults, which a config.json without the key gets.
 DEEPSEEK_MOE_DEFAULTS = {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
                          "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
@@ -140,8 +151,11 @@ DEEPSEEK_MOE_DEFAULTS = {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe
 
 
 def read_deepseek_moe(cfg: dict[str, Any]) -> MoEConfig:
-    """DeepSeek-V3's routing as transformers' DeepseekV3TopkRouter computes it. Aux-loss-free: the
-    selection bias balances the load, so the load-balancing loss is off unless `router_aux_loss_coef` asks."""
+    """DeepSeek-V3's routing as transformers' DeepseekV3TopkRouter computes it, balanced as DeepSeek-V3 trained:
+    the aux-loss-free bias update (rate 1e-3, the paper's gamma and Megatron's default) plus a sequence-wise
+    auxiliary loss of coefficient `aux_loss_alpha` (DeepSeek's own config.json key; 1e-4, the paper's alpha,
+    when absent). `router_aux_loss_coef` (transformers' key) takes precedence over `aux_loss_alpha`;
+    DeepSeek's `seq_aux: false` selects the Switch loss instead."""
     if cfg.get("n_routed_experts") is None and cfg.get("num_local_experts") is not None:
         cfg = {**cfg, "n_routed_experts": cfg["num_local_experts"]}  # transformers' attribute alias
     cfg = {**DEEPSEEK_MOE_DEFAULTS, **cfg}
@@ -165,11 +179,23 @@ def read_deepseek_moe(cfg: dict[str, Any]) -> MoEConfig:
     return MoEConfig(num_experts=experts, top_k=top_k,
                      expert_intermediate_size=positive_int(cfg, "moe_intermediate_size"),
                      norm_topk_prob=bool(cfg["norm_topk_prob"]),
-                     router_aux_loss_coef=float(cfg.get("router_aux_loss_coef") or 0.0),
+                     router_aux_loss_coef=_deepseek_aux_coef(cfg),
+                     load_balancing_type="seq_aux_loss" if cfg.get("seq_aux", True) else "aux_loss",
+                     bias_update_rate=DEEPSEEK_BIAS_UPDATE_RATE,
                      first_k_dense_replace=positive_int(cfg, "first_k_dense_replace", minimum=0),
                      scoring_func="sigmoid", n_group=n_group, topk_group=topk_group,
                      routed_scaling_factor=float(cfg["routed_scaling_factor"]), score_correction_bias=True,
                      n_shared_experts=positive_int(cfg, "n_shared_experts", minimum=0))
+
+
+def _deepseek_aux_coef(cfg: dict[str, Any]) -> float:
+    for key in ("router_aux_loss_coef", "aux_loss_alpha"):
+        value = cfg.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise MoEConfigError(f"{key}: {value!r} must be a number >= 0 (the auxiliary loss's coefficient)")
+            return float(value)
+    return DEEPSEEK_SEQ_AUX_ALPHA
 
 
 def _experts_key(cfg: dict[str, Any]) -> str:
@@ -193,7 +219,8 @@ def moe_hf_keys(model_type: str, moe: MoEConfig) -> dict[str, Any]:
         return {**common, "n_routed_experts": moe.num_experts, "moe_intermediate_size": moe.expert_intermediate_size,
                 "norm_topk_prob": moe.norm_topk_prob, "first_k_dense_replace": moe.first_k_dense_replace,
                 "n_group": moe.n_group, "topk_group": moe.topk_group,
-                "routed_scaling_factor": moe.routed_scaling_factor, "n_shared_experts": moe.n_shared_experts}
+                "routed_scaling_factor": moe.routed_scaling_factor, "n_shared_experts": moe.n_shared_experts,
+                "seq_aux": moe.load_balancing_type == "seq_aux_loss"}
     if model_type == "mixtral":
         return {**common, "num_local_experts": moe.num_experts, "intermediate_size": moe.expert_intermediate_size,
                 "router_jitter_noise": 0.0}
@@ -210,4 +237,4 @@ MOE_KEYS = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_inte
             "router_aux_loss_coef", "mlp_only_layers", "decoder_sparse_step", "output_router_logits",
             "router_jitter_noise", "shared_expert_intermediate_size",
             "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "n_group",
-            "topk_group", "routed_scaling_factor", *DEEPSEEK_FIXED)
+            "topk_group", "routed_scaling_factor", "aux_loss_alpha", "seq_aux", *DEEPSEEK_FIXED)

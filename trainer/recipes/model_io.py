@@ -109,6 +109,35 @@ def _check_experts(model_config, cfg: RecipeConfig) -> None:
                         activation_checkpointing=d.activation_checkpointing)
 
 
+def configure_balancing(model: nn.Module, cfg: RecipeConfig) -> None:
+    """The config's `model.moe_*` load-balancing keys (Megatron's names) over the family's own (its config.json),
+    on each MoE layer and on the model config that the checkpoint's config.json is written from (no-op for a
+    dense model). A Megatron Bridge config's `moe_aux_loss_coeff` is converted (contract/balancing_checks.py)."""
+    import dataclasses
+
+    from trainer.contract.balancing_checks import aux_loss_coefficient, check_expert_bias
+    from trainer.models.moe import moe_layers
+    from trainer.models.moe_config import DEEPSEEK_BIAS_UPDATE_RATE
+
+    layers, moe, section = moe_layers(model), getattr(model.config, "moe", None), cfg.model
+    if not layers or moe is None:
+        return
+    check_expert_bias(model.config.model_type, section.moe_router_enable_expert_bias)
+    balancing = section.moe_router_load_balancing_type or moe.load_balancing_type
+    coefficient = aux_loss_coefficient(cfg, len(layers), moe.top_k, balancing)
+    rate = 0.0
+    if moe.score_correction_bias and section.moe_router_enable_expert_bias is not False:
+        given = section.moe_router_bias_update_rate
+        rate = given if given is not None else (moe.bias_update_rate or DEEPSEEK_BIAS_UPDATE_RATE)
+    moe = dataclasses.replace(
+        moe, load_balancing_type=balancing,
+        router_aux_loss_coef=moe.router_aux_loss_coef if coefficient is None else coefficient, bias_update_rate=rate)
+    model.config.moe = moe
+    for layer in layers:
+        layer.load_balancing, layer.aux_loss_coef = moe.load_balancing_type, moe.router_aux_loss_coef
+        layer.bias_update_rate = rate
+
+
 def configure_moe(model: nn.Module, dp_group, dp_size: int, grad_acc_steps: int) -> None:
     """The load-balancing loss of an MoE model sums over the DP batch (no-op for a dense model)."""
     from trainer.distributed.expert_parallel import configure_aux_loss

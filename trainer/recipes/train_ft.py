@@ -45,6 +45,7 @@ from trainer.distributed.mesh import data_mesh
 from trainer.distributed.parallelize import reshard_after_no_grad_forward
 from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
 from trainer.models.moe import collect_router_stats
+from trainer.models.moe_balance import update_expert_bias
 from trainer.recipes import model_io
 from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
 
@@ -136,6 +137,7 @@ class TrainFinetuneRecipe(BaseRecipe):
         # 1. model on the meta device: nothing is allocated before the layout is known
         model = model_io.build_model(cfg.model, seed=cfg.rng.seed, device_type=info.device.type,
                                      compile_enabled=cfg.compile.enabled)
+        model_io.configure_balancing(model, cfg)
         self.model_config = model.config
         model_io.check_layout(self.model_config, cfg)
         # 2. PEFT
@@ -301,6 +303,7 @@ class TrainFinetuneRecipe(BaseRecipe):
                                     group=self.pipeline.pp_group if self.pipeline is not None else None)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        update_expert_bias(self.model)  # DeepSeek-V3's aux-loss-free balancing, on the step's global load
         self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._grad_all_reduce(loss_sum)

@@ -32,6 +32,7 @@ from service.plan.types import Plan, PlanError
 from service.recommend.contract import plan_request
 from service.recommend.recommendation import Recommendation, recommend_for
 from service.request import AdviceRequest
+from service.runs.advice import reading_store, store_version, with_runs
 
 router = APIRouter(tags=["advise"], route_class=StrictRequestRoute)
 
@@ -147,9 +148,10 @@ async def plan_route(body: m.PlanBody) -> Response:
     key = request_key(body, request, exclude=("top",))
 
     def compute() -> bytes:
-        return encode(m.PlanResponse.model_validate(plan_json(cached_plan(Keyed(key, request)), request.top)))
+        planned = with_runs(cached_plan(Keyed(key, request)), reading_store())
+        return encode(m.PlanResponse.model_validate(plan_json(planned, request.top)))
 
-    return await answer(("plan", key, body.top), compute)
+    return await answer(("plan", key, body.top, store_version()), compute)
 
 
 # ------------------------------------------------------------------ recommend
@@ -227,7 +229,7 @@ async def recommend_answer(body: m.RecommendBody, request: AdviceRequest, config
     def compute() -> bytes:
         return encode(recommendation_response(run_recommend(request, config_path, body.emit), request.top))
 
-    return await answer_for(("recommend", key, config_path), compute)
+    return await answer_for(("recommend", key, config_path, store_version()), compute)
 
 
 # ------------------------------------------------------------------ diff

@@ -60,7 +60,8 @@ async def validate(
     gpu_type: Annotated[Optional[str],
                         Query(min_length=1, max_length=m.MAX_NAME, description="GPU type (raw YAML body).")] = None,
     nodes: Annotated[Optional[int], Query(ge=1, le=m.MAX_NODES, description="Nodes (raw YAML body).")] = None,
-    dialect: Annotated[m.DIALECT, Query(description="auto, recipe-advisor or automodel (raw YAML body).")] = "auto",
+    dialect: Annotated[m.DIALECT, Query(description="auto, recipe-advisor, automodel, megatron-bridge or "
+                                                    "megatron-lm (raw body).")] = "auto",
 ) -> m.ValidateResponse:
     body = await request.body()
     media_type = _media_type(request)

@@ -26,7 +26,8 @@ ENGINE = Literal["bundled", "megatron"]
 PRECISION = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "fp8cs", "fp8ds", "fp8mx", "fp8sc"]
 GRAD_REDUCE_DTYPE = Literal["fp32", "bf16"]
 RECIPE_KIND = Literal["library", "benchmark", "bundled"]
-DIALECT = Literal["auto", "recipe-advisor", "automodel"]  # service.validate.automodel.dialect.DIALECTS
+# service.validate.automodel.dialect.DIALECTS
+DIALECT = Literal["auto", "recipe-advisor", "automodel", "megatron-bridge", "megatron-lm"]
 EMIT = Literal["recipe-advisor", "automodel"]  # service.recommend.automodel_emit.EMIT_CHOICES
 
 
@@ -89,7 +90,9 @@ class ValidateRequest(_Request):
         default="auto",
         description=("`auto` tells the config's dialect from it; `recipe-advisor`: this product's config format; "
                      "`automodel`: a NeMo AutoModel recipe, judged at `gpus`/`nodes`, else the GPUs its header's "
-                     "launch command names, else 8 (docs/automodel.md)."),
+                     "launch command names, else 8 (docs/automodel.md); `megatron-bridge`: a Megatron Bridge "
+                     "ConfigContainer YAML; `megatron-lm`: Megatron-LM arguments (a command line or a log's "
+                     "arguments block) (docs/rules.md, Megatron dialects)."),
         examples=["auto"],
     )
 

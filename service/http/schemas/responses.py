@@ -240,6 +240,25 @@ class LayoutOut(_Response):
         examples=[{"tokens_per_s_per_gpu": 9058.0, "global_batch_size": 1024, "release": "26.02.01",
                    "source": "NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c",
                    "sharding": "not full"}])
+    measured_yours: Optional["MeasuredYours"] = Field(
+        default=None, description="Your runs store's measurements of this layout for this request; a measured row "
+        "ranks by its measurement. Null when the store holds none (docs/runs.md).")
+    calibrated_tokens_per_s_per_gpu: Optional[float] = Field(
+        default=None, description="The estimate calibrated on your runs of this cluster, engine and release (when the "
+        "store holds at least 5): unmeasured rows rank by it. Null when no calibration applies.", examples=[8800.0])
+
+
+class MeasuredYours(_Response):
+    """This layout's runs of this request in the service's runs store (your own cluster's measurements)."""
+
+    count: int = Field(description="Completed runs of this layout for this request.", examples=[3])
+    newest: Optional[str] = Field(description="When the newest was recorded (ISO 8601).",
+                                  examples=["2026-05-01T10:00:00+00:00"])
+    tokens_per_s_per_gpu: float = Field(description="Median measured tokens/s per GPU.", examples=[9120.0])
+    step_time_s: float = Field(description="Median measured step time.", examples=[1.41])
+    spread: float = Field(description="(max - min) / median of the runs' tokens/s per GPU.", examples=[0.02])
+    run_ids: list[int] = Field(description="The runs (the newest ten).", examples=[[4, 9, 12]])
+    clusters: list[str] = Field(description="Their cluster labels (the GPU type where none).", examples=[["eos"]])
 
 
 class VariantOut(_Response):

@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from service.validate.megatron.dialect import BRIDGE, MEGATRON_LM  # the Megatron dialects validate reads too
+
 NATIVE = "recipe-advisor"
 AUTOMODEL = "automodel"
 AUTO = "auto"
-DIALECTS = (AUTO, NATIVE, AUTOMODEL)
+DIALECTS = (AUTO, NATIVE, AUTOMODEL, BRIDGE, MEGATRON_LM)
 AUTOMODEL_PACKAGE = "nemo_automodel."
 
 # A recipe's header says how to run it (`automodel FILE --nproc-per-node 8`, `torchrun --nproc-per-node=8 ...`).
@@ -57,6 +59,18 @@ def _positive(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def ci_cluster(data: dict):
+    """The hardware card of the cluster AutoModel's CI runs the recipe on (``ci.cluster_tag``), or None."""
+    from recipe_index import get_hardware
+
+    ci = data.get("ci") if isinstance(data.get("ci"), dict) else {}
+    tag = ci.get("cluster_tag")
+    try:
+        return get_hardware(tag) if isinstance(tag, str) and tag else None
+    except (LookupError, ValueError):
+        return None
+
+
 def stated_world(text: str, data: dict, gpus: Optional[int] = None, nodes: Optional[int] = None,
                  node_size: int = DEFAULT_GPUS_PER_NODE) -> StatedWorld:
     """The world a recipe is judged at: ``--gpus``/``--nodes`` when given; else the ``--nproc-per-node`` (and
@@ -82,4 +96,9 @@ def stated_world(text: str, data: dict, gpus: Optional[int] = None, nodes: Optio
         return StatedWorld(per_node, nodes, f"{source} and --nodes", ci_nodes)
     if header_nodes and int(header_nodes.group(1)) > 0:
         return StatedWorld(per_node, int(header_nodes.group(1)), f"{source} and --nnodes", ci_nodes)
+    if ci_nodes:  # AutoModel's CI launches the recipe on ci.nodes nodes of its cluster (tests/ci_tests/README.md)
+        cluster = ci_cluster(data)
+        if not _positive(ci.get("nproc_per_node")) and cluster is not None:
+            per_node, source = cluster.gpus_per_node, f"ci.cluster_tag {cluster.name}'s {cluster.gpus_per_node} GPUs"
+        return StatedWorld(per_node, ci_nodes, f"{source} and ci.nodes", ci_nodes)
     return StatedWorld(per_node, 1, source, ci_nodes)

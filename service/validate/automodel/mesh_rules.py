@@ -12,7 +12,7 @@ from math import gcd
 from typing import Iterator, Optional
 
 from service.layouts.arithmetic import divisors
-from service.validate.automodel.facts import section
+from service.validate.automodel.facts import section, whole
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
 
@@ -160,3 +160,25 @@ def pipeline_and_moe_blocks(view: RecipeView) -> Iterator[Violation]:
         yield Violation(f"distributed.moe is set but ep_size is {sizes.ep}: AutoModel ignores the block",
                         "set distributed.ep_size above 1, or drop the moe block", severity="warning",
                         key="distributed.moe")
+
+
+@automodel_rule("RA-A013", "error", "step_scheduler.local_batch_size",
+                "pipeline micro batches per step: local_batch_size / pp_microbatch_size, whole and >= pp_size",
+                _SOURCE + "recipes/llm/train_ft.py (assert: pp_batch_size // pp_microbatch_size >= pp_size); "
+                "components/distributed/pipelining/autopipeline.py (raise: local_batch_size % microbatch_size)")
+def pipeline_microbatches(view: RecipeView) -> Optional[Violation]:
+    pipeline = section(view.data, "distributed").get("pipeline")
+    if view.sizes.pp <= 1 or not isinstance(pipeline, dict):
+        return None
+    local = whole(section(view.data, "step_scheduler").get("local_batch_size")) or 1
+    micro = whole(pipeline.get("pp_microbatch_size")) or 1
+    pp, need = view.sizes.pp, view.sizes.pp * micro
+    if local % micro == 0 and local // micro >= pp:
+        return None
+    why = (f"local_batch_size {local} does not divide into pp_microbatch_size {micro} micro batches" if local % micro
+           else f"local_batch_size {local} / pp_microbatch_size {micro} = {local // micro} micro batches per step, "
+                f"fewer than the {pp} pipeline stages")
+    return Violation(f"{why}: AutoModel refuses to start the pipeline",
+                     f"set step_scheduler.local_batch_size to a multiple of {micro} of at least {need} (e.g. {need}), "
+                     f"or distributed.pipeline.pp_microbatch_size to a divisor of {local} of at most "
+                     f"{local // pp or 1}")

@@ -7,13 +7,14 @@ recipes never waits on the Hub; ``RECIPE_ADVISOR_ALLOW_HUB=1`` lets each unknown
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 from recipe_index.cards import ModelCard
 from service.configs.yamlio import Document
 from service.facts import Finding
 from service.lookups import hub_allowed
-from service.validate.automodel.dialect import stated_world
+from service.validate.automodel.dialect import ci_cluster, stated_world
 from service.validate.automodel.facts import facts_of, model_name, sizes_of
 from service.validate.automodel.view import RecipeView
 from service.validate.checks import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES
@@ -36,14 +37,34 @@ def default_resolver() -> Callable[[str], ModelCard]:
     return resolve_model if hub_allowed() else resolve_model_from_cache
 
 
+CI_OVERRIDES = ("local_batch_size", "max_steps")  # ci.<key> -> step_scheduler.<key> (tests/ci_tests/README.md)
+
+
+def _with_ci_overrides(doc: Document) -> Document:
+    """The recipe as AutoModel's CI runs it on ci.nodes: its ci.local_batch_size / ci.max_steps over the
+    step scheduler's, at the ci key's line."""
+    ci = doc.data.get("ci") if isinstance(doc.data.get("ci"), dict) else {}
+    overrides = {key: ci[key] for key in CI_OVERRIDES if key in ci}
+    if not overrides or not isinstance(doc.data.get("step_scheduler"), dict):
+        return doc
+    data = dict(doc.data, step_scheduler={**doc.data["step_scheduler"], **overrides})
+    positions = dict(doc.positions)
+    positions.update({f"step_scheduler.{key}": doc.positions[f"ci.{key}"] for key in overrides
+                      if f"ci.{key}" in doc.positions})
+    return replace(doc, data=data, positions=positions)
+
+
 def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[], str]], gpus: Optional[int] = None,
                        gpu_type: Optional[str] = None, nodes: Optional[int] = None,
                        resolve_model=None) -> list[Finding]:
     """Every finding on an AutoModel recipe, their fixes that cost a search left in ``deferred``
     (``service.validate.document`` sorts, caps and completes them as for any config)."""
 
-    hardware, hardware_error = _resolve_hardware(gpu_type or DEFAULT_GPU_TYPE)
+    cluster = ci_cluster(doc.data) if gpu_type is None and gpus is None and nodes is None else None
+    hardware, hardware_error = _resolve_hardware(gpu_type or (cluster.name if cluster else DEFAULT_GPU_TYPE))
     world = stated_world(text, doc.data, gpus, nodes, hardware.gpus_per_node if hardware else 8)
+    if world.source.endswith("ci.nodes"):
+        doc = _with_ci_overrides(doc)
     model, model_error, unknown = _resolve_model(model_name(doc.data), resolve_model or default_resolver())
     if model_error and not hub_allowed():
         model_error = model_error.replace(_OFFLINE_WORDS, _CACHE_ONLY_WORDS)

@@ -142,3 +142,22 @@ def validation_mock_holds_a_batch(view: "ConfigView") -> Optional[Violation]:
                      f"data-parallel rank ({dp}): every rank's validation would be empty, and the trainer refuses "
                      "it once the workers have started", f"set validation_dataset.num_samples to at least {local * dp}",
                      key="validation_dataset.num_samples")
+
+
+@config_rule("RA-D005", "error", "dataset", "a free-form dataset key is not a misspelt known one",
+             "service/configs/dataset_keys.py: this product's keys, Megatron Bridge's dataset configs "
+             "(DataloaderConfig, GPTDatasetConfig, GPTSFTDatasetConfig), Megatron-Core's dataset configs")
+def dataset_near_miss_keys(view: "ConfigView") -> Iterator[Violation]:
+    from service.configs.dataset_keys import PRESET_KEYS
+    from service.configs.near_miss import near_miss
+
+    for section in DATA_SECTIONS:
+        node = view.doc.data.get(section)
+        if not isinstance(node, dict) or node.get("_target_"):  # a _target_'s keywords are its signature's (RA-S002)
+            continue
+        for key in node:
+            known = near_miss(str(key), PRESET_KEYS) if isinstance(key, str) else None
+            if known is not None:
+                yield Violation(f"{section}.{key} is not a key of this dataset; it reads as `{known}`, so as written "
+                                f"the run leaves {known} at its default",
+                                f"rename {section}.{key} to {section}.{known}", key=f"{section}.{key}")

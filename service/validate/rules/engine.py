@@ -36,7 +36,9 @@ def trainer_sections(view: "ConfigView") -> Iterator[Violation]:
     problems = section_problems(view.config) if _runs_bundled(view) else []
     fragment = any(p.missing and p.key.startswith("model.") for p in problems)
     for p in problems:
-        if not p.missing:
+        if p.warning:  # the trainer runs it as the message says (a converted Megatron coefficient)
+            yield Violation(f"{p.key}: {p.why}", p.fix, severity="warning", key=p.key)
+        elif not p.missing:
             yield Violation(f"{p.key}: {p.why}", p.fix or "see the message", key=p.key)
         elif _written_as_null(view.doc.data, p.key):  # `_target_: null`: written wrong, not left out
             yield Violation(f"{p.key}: null; the bundled trainer refuses the config without it", p.fix, key=p.key)

@@ -12,13 +12,8 @@ from typing import Optional
 
 from service.estimate.constants import LONG_CONTEXT
 from service.facts import Facts
-from service.layouts.arithmetic import divisors, megatron_split, sequence_parallel_splits, split_problem
-from service.layouts.bridge_tables import (
-    PIPELINE_LAYOUT_TABLES,
-    megatron_fsdp_with_pp,
-    needs_unwritten_layout,
-    pipeline_pair_refused,
-)
+from service.layouts.arithmetic import divisors, sequence_parallel_splits
+from service.layouts.bridge_tables import megatron_fsdp_with_pp
 from service.validate.rules.registry import Violation, layout_rule
 from service.validate.rules.sizes import bundled, cp_sizes, larger_tp, tp_domain
 
@@ -105,9 +100,17 @@ def world_divisible_by_model_parallel(f: Facts) -> Optional[Violation]:
     mp = lay.tp * lay.pp * lay.cp
     if f.world_size % mp == 0:
         return None
-    return Violation(f"world size {f.world_size} is not divisible by TP*PP*CP = {lay.tp}*{lay.pp}*{lay.cp} = {mp}",
-                     f"use a GPU count that is a multiple of {mp}, or change TP/PP/CP so their product divides "
-                     f"{f.world_size}")
+    message = f"world size {f.world_size} is not divisible by TP*PP*CP = {lay.tp}*{lay.pp}*{lay.cp} = {mp}"
+    # One size alone breaks it (the others divide the world): the finding names that key.
+    alone = [(k, v) for k, v in (("tp_size", lay.tp), ("pp_size", lay.pp), ("cp_size", lay.cp))
+             if v > 1 and f.world_size % (mp // v) == 0]
+    if len(alone) == 1:
+        key, size = alone[0]
+        room = f.world_size // (mp // size)
+        return Violation(message, f"set distributed.{key} to a divisor of {room}: {divisors(room)}, or use a GPU "
+                                  f"count that is a multiple of {mp}", key=f"distributed.{key}")
+    return Violation(message, f"use a GPU count that is a multiple of {mp}, or change TP/PP/CP so their product "
+                              f"divides {f.world_size}")
 
 
 @layout_rule("RA-L007", "error", "distributed.ep_size", "world divisible by PP*EP*ETP (expert mesh fits)",
@@ -118,9 +121,14 @@ def expert_mesh_fits(f: Facts) -> Optional[Violation]:
     if f.world_size % mesh == 0 or (lay.ep == 1 and lay.etp == lay.tp):
         return None  # without experts the expert mesh is TP*PP, already judged by RA-L006
     need = lay.pp * lcm(lay.tp * lay.cp, lay.ep * lay.etp)
-    return Violation(f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = "
-                     f"{mesh}; the smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}",
-                     f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
+    message = (f"world size {f.world_size} is not divisible by PP*EP*ETP = {lay.pp}*{lay.ep}*{lay.etp} = {mesh}; the "
+               f"smallest world for this layout is PP*lcm(TP*CP, EP*ETP) = {need}")
+    if lay.etp > 1 and f.world_size % (lay.pp * lay.ep) == 0:  # EP fits the world: ETP is what breaks the mesh
+        room = f.world_size // (lay.pp * lay.ep)
+        return Violation(message, f"set distributed.etp_size to a divisor of {room} (world / (PP*EP)): "
+                                  f"{[d for d in divisors(room) if d <= lay.etp]}, or run on a multiple of {need} GPUs",
+                         key="distributed.etp_size")
+    return Violation(message, f"run on a multiple of {need} GPUs, or lower distributed.ep_size / etp_size")
 
 
 @layout_rule("RA-L008", "error", "distributed.ep_size", "experts divisible by EP",
@@ -153,50 +161,6 @@ def vp_needs_pp(f: Facts) -> Optional[Violation]:
         return Violation(f"vp_size={f.layout.vp} with pp_size=1: virtual pipeline stages need a pipeline",
                          "remove distributed.vp_size, or set distributed.pp_size > 1")
     return None
-
-
-@layout_rule("RA-L011", "error", "distributed.pp_size", "decoder layers split over PP*VP stages",
-             "mcore transformer_config pipeline split rules (3b)")
-def layers_split_over_stages(f: Facts) -> Optional[Violation]:
-    lay = f.layout
-    if f.model is None or lay.pp == 1:
-        return None
-    if f.extra.get("pipeline_layout"):
-        if f.extra.get("pipeline_split"):
-            return Violation(f"a pipeline layout string places the layers, and Megatron refuses "
-                             f"{', '.join(f.extra['pipeline_split'])} together with one",
-                             "remove those keys from model:")
-        return None
-    layers, stages = f.model.num_hidden_layers, lay.pp * lay.vp_or_1
-    placed = (lay.pp, lay.vp_or_1) in PIPELINE_LAYOUT_TABLES.get(f.model.id, ())
-    if placed and f.extra.get("pipeline_split"):  # the builder writes a layout string; Megatron takes not both
-        return Violation(f"the Bridge recipe of {f.model.id} places PP={lay.pp} x VP={lay.vp_or_1} with a layout "
-                         f"string, and Megatron refuses {', '.join(f.extra['pipeline_split'])} together with one",
-                         "remove those keys from model:")
-    if placed:  # the Bridge recipe's layout builder places them (RA-L019's pairs)
-        return None
-    if f.extra.get("pipeline_split"):
-        problem = split_problem(layers, lay.pp, lay.vp_or_1, f.extra["pipeline_split"])
-        return None if problem is None else Violation(
-            f"the model config's pipeline split does not place {layers} decoder layers on PP={lay.pp} x VP="
-            f"{lay.vp_or_1}: {problem}",
-            "remove those keys from model: (the layers divide evenly)" if layers % stages == 0 else
-            f"use {megatron_split(layers, lay.pp, lay.vp_or_1) or 'another PP x VP'} under model:")
-    if layers % stages == 0:
-        return None
-    split = megatron_split(layers, lay.pp, lay.vp_or_1)
-    if split is None:
-        ok = [d for d in divisors(layers) if d <= 64]
-        pairs = table_pairs(f)
-        return Violation(f"{layers} decoder layers of {f.model.id} cannot be split over PP={lay.pp} x VP="
-                         f"{lay.vp_or_1} stages in any way Megatron accepts",
-                         (f"use a (pp_size, vp_size) pair its Bridge recipe places: {pairs}, or " if pairs else "")
-                         + f"choose PP*VP among the divisors of {layers}: {ok}, or give "
-                         "model.pipeline_model_parallel_layout (a Bridge layout string)")
-    return Violation(f"{layers} decoder layers do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
-                     f"{stages} stages; Megatron needs an explicit uneven split",
-                     f"set {split} under `model:` (Megatron's model config), or pick PP*VP dividing {layers}",
-                     severity="warning")
 
 
 @layout_rule("RA-L012", "warning", "distributed.sequence_parallel", "EP with TP needs SP",
@@ -289,38 +253,6 @@ def _long_context_steps(f: Facts) -> list[str]:
     return steps
 
 
-def table_pairs(f: Facts) -> list[tuple[int, int]]:
-    """The (PP, VP) pairs > 1 of the model's Bridge layout table that this world holds with the layout's
-    TP, CP, EP and ETP (what RA-L011 and RA-L019 offer)."""
-    lay, world = f.layout, f.world_size
-    return [(pp, vp) for pp, vp in sorted(PIPELINE_LAYOUT_TABLES.get(f.model.id, ())) if pp > 1 and (
-        not world or (world % (lay.tp * pp * lay.cp) == 0 and world % (pp * lay.ep * lay.etp) == 0))]
-
-
-# A warning, not an error: a hand-written model.pipeline_model_parallel_layout places any pair, as
-# NVIDIA's performance recipes do (DeepSeek-V3 PP 2 x VP 8, Kimi K2 PP 16); the library recipe that
-# `run_recipe.py --recipe` builds does not.
-@layout_rule("RA-L019", "warning", "distributed.pp_size", "(PP, VP) from the recipe's layout table",
-             "Bridge library layout builders: a fixed (PP, VP) table, ValueError or an unset layout outside it (3g)")
-def pipeline_pair_in_layout_table(f: Facts) -> Optional[Violation]:
-    lay = f.layout
-    if f.model is None or bundled(f) or f.extra.get("recipe_kind") == "benchmark":
-        return None  # a performance recipe writes its own layout string (Megatron Bridge's recipes: layout_set)
-    layers, pair = f.model.num_hidden_layers, (lay.pp, lay.vp_or_1)
-    if not needs_unwritten_layout(f.model.id, layers, *pair):
-        return None
-    table = table_pairs(f)
-    if pipeline_pair_refused(f.model.id, *pair):
-        outcome = "raises ValueError for any other, so `run_recipe.py --recipe` fails at start-up"
-    else:
-        outcome = (f"leaves the layout unset for any other, and {layers} decoder layers do not split evenly over "
-                   f"PP x VP = {lay.pp * lay.vp_or_1} stages without one")
-    return Violation(f"pp_size={lay.pp} with vp_size={lay.vp_or_1}: Megatron Bridge's {f.model.id} library recipe "
-                     f"builds its pipeline layout from a fixed table of (PP, VP) pairs and {outcome}",
-                     f"use a (pp_size, vp_size) pair from {table} or pp_size: 1, or give Bridge "
-                     "model.pipeline_model_parallel_layout (a layout string) yourself")
-
-
 # Megatron-FSDP lists TP, CP and EP as what it composes with; pipeline parallelism is an open
 # request (Megatron-LM issue #1455) and Megatron-LM's own launch scripts turn FSDP off when PP > 1
 # (PR #6081: "FSDP and PP are mutually exclusive in Megatron's standard path"). All 25 Bridge recipes
@@ -343,6 +275,11 @@ def global_batch_divides(f: Facts) -> Optional[Violation]:
     if gbs is None or dp == 0 or gbs % (mbs * dp) == 0:
         return None
     unit = mbs * dp
+    if mbs > 1 and gbs % dp == 0:  # DP divides the batch: the micro batch is what does not
+        per_rank = gbs // dp
+        return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",
+                         f"set step_scheduler.local_batch_size to a divisor of {per_rank} (global batch / DP): "
+                         f"{[d for d in divisors(per_rank) if d <= mbs]}", key="step_scheduler.local_batch_size")
     lower, upper = (gbs // unit) * unit, (gbs // unit + 1) * unit
     near = [b for b in (lower, upper) if b > 0]
     return Violation(f"global_batch_size={gbs} is not divisible by micro batch {mbs} x DP {dp} = {unit}",

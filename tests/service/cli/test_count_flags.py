@@ -11,7 +11,7 @@ from service.cli.app import main
 from service.http.schemas.requests import MAX_GPUS, MAX_NODES
 from service.plan import search_space
 from service.request import LIMITS as INTEGER_LIMITS
-from service.validate.rules import layout
+from service.validate.rules import layout, pipeline
 from tests.cli import TINY_ON_CPU, run_cli
 from tests.paths import REPO
 
@@ -27,7 +27,7 @@ TWO_NODES = (REPO
 def no_huge_search(monkeypatch):
     """The planner's divisor search trial-divides up to sqrt(world): for 2**64 GPUs that never ends.
     A count past the flag bounds must be refused before it, so reaching it with one is a failure."""
-    for module in (search_space, layout):
+    for module in (search_space, layout, pipeline):
         real = module.divisors
 
         def guarded(n, real=real):

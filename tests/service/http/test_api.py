@@ -381,3 +381,15 @@ def test_a_bug_is_a_500_without_a_traceback():
     assert r.status_code == 500
     assert "internal error" in r.json()["detail"]
     assert "secret" not in r.text and "Traceback" not in r.text
+
+
+def test_megatron_lm_arguments_are_validated_over_http(client):
+    script = ("pretrain_gpt.py --num-layers 36 --hidden-size 4096 --num-attention-heads 32 \\\n"
+              "  --group-query-attention --num-query-groups 8 --tensor-model-parallel-size 3\n")
+    r = client.post("/v1/validate", json={"yaml": script, "dialect": "megatron-lm", "gpus": 8})
+    assert r.status_code == 200
+    (kv,) = [f for f in r.json()["files"][0]["findings"] if f["code"] == "RA-L002"]
+    assert kv["key"] == "--tensor-model-parallel-size" and kv["line"] == 2
+    refused = client.post("/v1/validate", json={"yaml": "run_recipe.py --config-file /etc/passwd\n",
+                                                "dialect": "megatron-lm"})
+    assert refused.status_code == 200 and "not read for a request" in refused.text

@@ -116,13 +116,13 @@ def test_recommend_json_holds_a_nan_override_as_a_string(client, capsys):
         raise ValueError(constant)
 
     args = ["recommend", "--model", "llama3-8b", "--gpus", "8", "--gpu-type", "h100", "--goal", "pretrain",
-            "--model.moe_aux_loss_coeff", ".nan", "--format", "json"]
+            "--model.layernorm_epsilon", ".nan", "--format", "json"]
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out, parse_constant=refuse)
-    assert data["config"]["model"]["moe_aux_loss_coeff"] == "nan"
+    assert data["config"]["model"]["layernorm_epsilon"] == "nan"
     answer = client.post("/v1/recommend", json={"model": "llama3-8b", "gpus": 8, "gpu_type": "h100",
-                                                "overrides": {"model.moe_aux_loss_coeff": ".nan"}}).json()
-    assert answer["config"]["model"]["moe_aux_loss_coeff"] == "nan"
+                                                "overrides": {"model.layernorm_epsilon": ".nan"}}).json()
+    assert answer["config"]["model"]["layernorm_epsilon"] == "nan"
 
 
 def test_an_octal_looking_override_is_refused_like_the_file(client):

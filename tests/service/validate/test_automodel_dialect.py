@@ -17,7 +17,7 @@ LLAMA = RECIPES / "llama3_2_1b_squad.yaml"
 MOE = RECIPES / "qwen3_moe_30b_ep8.yaml"
 HEADER = "# To run it:\n#   automodel recipe.yaml --nproc-per-node 8\n"
 # The AutoModel rule codes the tests below make fire (tests/service/validate/test_rules.py checks every code has one).
-COVERED = {f"RA-A{n:03d}" for n in range(1, 13)}
+COVERED = {f"RA-A{n:03d}" for n in range(1, 14)}
 
 
 @pytest.fixture(autouse=True)
@@ -72,18 +72,23 @@ def test_batch_not_divisible_names_the_global_batch():
     (lambda d: d["distributed"].update(strategy="zero3"), None, "RA-A003", "distributed.strategy"),
     (lambda d: d["loss_fn"].update(chunk_size=4), None, "RA-A011", "loss_fn.chunk_size"),
     (lambda d: d.update(recipe="TrainFinetuneRecipe"), None, "RA-A001", "recipe"),
+    (lambda d: d["distributed"].update(pp_size=2, ep_size=4, pipeline={"pp_microbatch_size": 1})
+     or d["step_scheduler"].update(local_batch_size=1, global_batch_size=8), None, "RA-A013",
+     "step_scheduler.local_batch_size"),
 ], ids=["tp-kv-heads", "tp-heads", "ep-experts", "ep-mesh", "gbs", "pp-no-pipeline", "dp-replicate",
-        "strategy-option", "scheduler-key", "strategy", "loss-kwarg", "recipe-class"])
+        "strategy-option", "scheduler-key", "strategy", "loss-kwarg", "recipe-class", "pp-microbatches"])
 def test_mutants_are_caught_with_the_key_named(edit, gpus, code, key):
     report = validate_text(mutated(MOE, edit), "mutant.yaml", gpus=gpus)
     assert (code, key) in errors(report), report.findings
 
 
-def test_world_comes_from_flags_then_the_header_then_eight():
+def test_world_comes_from_flags_then_the_header_then_the_ci_block_then_eight():
     data = {"ci": {"nodes": 4}}
-    assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data).size == 2
+    assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data).size == 8  # 2 per node x ci.nodes 4
     assert stated_world("# torchrun --nnodes=2 --nproc-per-node=8 -m app\n", data).size == 16
-    assert stated_world("recipe: X\n", data).size == 8  # ci.nodes is a hint, not the world
+    assert stated_world("recipe: X\n", data).size == 32  # AutoModel's CI runs it on ci.nodes nodes of 8
+    assert stated_world("recipe: X\n", {"ci": {"nodes": 4, "cluster_tag": "gb200"}}).size == 16  # 4 GPUs a node
+    assert stated_world("recipe: X\n", {}).size == 8
     assert stated_world("recipe: X\n", {"ci": {"nproc_per_node": 1, "nodes": 1}}).size == 1
     assert stated_world("#   automodel x.yaml --nproc-per-node 2\n", data, gpus=16).size == 16
     assert stated_world("", data, gpus=4, nodes=2).size == 8
@@ -134,3 +139,15 @@ def test_targets_outside_automodels_packages_warn_and_unknown_names_inform():
     picked = sorted((f.severity, f.key) for f in findings if f.code == "RA-A012")
     assert picked == [("info", "loss_fn._target_"), ("warning", "optimizer._target_")]
     assert not [f for f in findings if f.severity == "error"]  # named, never imported
+
+
+def test_the_ci_blocks_overrides_apply_where_the_world_is_its_own():
+    """AutoModel's CI runs a recipe with ci.local_batch_size over the step scheduler's (tests/ci_tests/README.md)."""
+    def edit(d):
+        d["ci"] = {"nodes": 2, "local_batch_size": 4}
+        d["step_scheduler"].update(global_batch_size=64, local_batch_size=1)
+    text = mutated(MOE, edit, header="")
+    assert [c for c, _ in errors(validate_text(text, "ci.yaml"))] == []  # 4 x dp 16 = 64 at 16 GPUs
+    bad = text.replace("global_batch_size: 64", "global_batch_size: 96")
+    (finding,) = [f for f in validate_text(bad, "ci.yaml").findings if f.code == "RA-A009"]
+    assert "4·16 = 64" in finding.message and "ci.nodes" in finding.message

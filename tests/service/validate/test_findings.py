@@ -37,6 +37,7 @@ def test_messages_name_the_engine_and_hardware_they_are_about():
     evil = BUNDLED + "loss_fn:\n  _target_: builtins.eval\n"
     (s001,) = [f for f in validate_text(evil, "c.yaml").findings if f.key == "loss_fn._target_"]
     assert s001.code == "RA-S001" and "'builtins.eval' is not a registered loss_fn callable" in s001.message
+    assert s001.fix == "name one of the registry's: trainer.loss.causal_lm_loss"
 
 
 def test_ra_l008_offers_only_expert_sizes_the_world_holds():

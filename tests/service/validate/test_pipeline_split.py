@@ -54,9 +54,12 @@ def test_a_pair_outside_the_table_gets_both_ways_out_in_the_fix():
     assert l011.severity == "error" and "(4, 2)" in l011.fix and "model.pipeline_model_parallel_layout" in l011.fix
 
 
-def test_megatrons_split_settings_under_model_clear_the_warning_when_they_add_up():
-    (warning,) = split_findings("llama3-8b", 5, 1, nodes=5)
-    assert warning.severity == "warning" and "under `model:`" in warning.fix
+def test_layers_that_do_not_divide_are_an_error_fixed_by_the_split_megatron_takes():
+    """transformer_block.get_num_layers_to_build asserts layers % PP == 0 without a split: the run fails."""
+    (error,) = split_findings("llama3-8b", 5, 1, nodes=5)
+    assert error.severity == "error" and "under `model:`" in error.fix
+    assert error.key == "distributed.pp_size"
+    assert "num_layers_in_first_pipeline_stage=5 and num_layers_in_last_pipeline_stage=6" in error.fix
     right = "  num_layers_in_first_pipeline_stage: 5\n  num_layers_in_last_pipeline_stage: 6\n"
     assert split_findings("llama3-8b", 5, 1, nodes=5, model_keys=right) == []
     wrong = "  num_layers_in_first_pipeline_stage: 4\n  num_layers_in_last_pipeline_stage: 6\n"
@@ -93,7 +96,9 @@ def test_a_split_that_only_adds_up_with_the_accounting_passes_and_vp_counts_per_
 
 
 def test_the_layout_string_ra_l019_names_clears_ra_l011_and_the_pairs_fit_the_world():
-    layout = '  pipeline_model_parallel_layout: "Et*15|t*15|t*15|t*16L"\n'
+    from service.layouts.pipeline_layout import even_layout
+
+    layout = f'  pipeline_model_parallel_layout: "{even_layout(61, 4, 3)}"\n'
     assert [f.code for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=8, model_keys=layout)] == ["RA-L019"]
     (l011,) = [f for f in split_findings("kimi-k2", 4, 3, ep=8, nodes=8) if f.code == "RA-L011"]
     assert "(8, 2)" in l011.fix and "(16, 1)" not in l011.fix  # PP 16 x EP 8 is more than 64 GPUs
@@ -131,3 +136,57 @@ def test_the_uneven_split_offered_is_the_most_balanced(layers, pp, vp, first, la
     assert split == f"num_layers_in_first_pipeline_stage={first} and num_layers_in_last_pipeline_stage={last}"
     middle = (layers - first - last) // (pp - 2)
     assert middle * (pp - 2) + first + last == layers and middle % vp == 0 and first % vp == 0
+
+
+def _layout_findings(layout_line: str, pp=4, vp=None, extra=""):
+    text = MEGATRON.format(model="kimi-k2", pp=pp, vp=vp, ep=8, nodes=64,
+                           model_keys=f"  pipeline_model_parallel_layout: {layout_line}\n{extra}")
+    return text, [f for f in validate_text(text, "c.yaml").findings if f.code == "RA-L011"]
+
+
+def test_a_layout_that_misplaces_the_layers_is_an_error_at_its_line_and_the_fix_clears_it():
+    text, (error,) = _layout_findings('"Et*15|t*15|t*15|t*15L"')
+    assert error.severity == "error" and error.key == "model.pipeline_model_parallel_layout"
+    assert "places 60 decoder layers (t), the model has 61" in error.message
+    assert error.line == text.splitlines().index('  pipeline_model_parallel_layout: "Et*15|t*15|t*15|t*15L"') + 1
+    fixed = error.fix.split('"')[1]
+    assert _layout_findings(f'"{fixed}"')[1] == []
+
+
+def test_the_list_form_is_read_too():
+    stages = [["embedding"] + ["decoder"] * 15, ["decoder"] * 16, ["decoder"] * 15, ["decoder"] * 14 + ["loss"]]
+    (error,) = _layout_findings(str(stages))[1]
+    assert "places 60 decoder layers" in error.message
+    stages[-1].insert(0, "decoder")
+    assert _layout_findings(str(stages))[1] == []
+
+
+def test_a_vp_that_disagrees_with_the_layout_names_vp_size():
+    (error,) = _layout_findings('"Et*15|t*16|t*15|t*15L"', vp=2)[1]
+    assert error.key == "distributed.vp_size" and "distributed.vp_size: 1" in error.fix
+
+
+def test_mtp_layers_must_match_the_model_configs_mtp_num_layers():
+    (error,) = _layout_findings('"Et*15|t*16|t*15|t*15L"', extra="  mtp_num_layers: 1\n")[1]
+    assert "mtp_num_layers 1" in error.message and "mL" in error.fix
+    assert _layout_findings('"Et*15|t*16|t*15|t*15mL"', extra="  mtp_num_layers: 1\n")[1] == []
+
+
+def test_an_empty_stage_is_a_warning_and_a_bad_character_an_error():
+    (warning,) = _layout_findings('"Et*31||t*30|L"')[1]
+    assert warning.severity == "warning" and "stage(s) 1" in warning.message
+    (error,) = _layout_findings('"Et*15|t*16|x*15|t*15L"')[1]
+    assert error.severity == "error" and "'x'" in error.message
+
+
+def test_a_shipped_recipe_at_its_own_pipeline_is_placed_by_its_function():
+    """Llama 3.1 405B's library recipe counts the embedding and loss (126 + 2 over PP 8 x VP 2): the index does
+    not record those keys, the recipe's function sets them."""
+    from recipe_index import load_recipe_text
+
+    text = load_recipe_text("llama31_405b_pretrain_256gpu_h100_bf16")
+    assert "pp_size: 8\n  vp_size: 2" in text
+    assert [f for f in validate_text(text, "r.yaml").findings if f.code == "RA-L011"] == []
+    moved = text.replace("pp_size: 8", "pp_size: 4")  # 126 over 4 x 2: the recipe's split is for its own PP
+    (error,) = [f for f in validate_text(moved, "r.yaml").findings if f.code == "RA-L011"]
+    assert error.severity == "error"

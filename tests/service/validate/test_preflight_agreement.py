@@ -44,7 +44,8 @@ TRIPS = [
     ("check_dataset_targets", {"dataset": {"_target_": "trainer._data.Mock", "seq_length": 32}}, "dataset._target_"),
     ("check_recipe_keywords", {"recipe": {"_target_": "trainer.recipes.TrainFinetuneRecipe", "speed": 2}},
      "recipe.speed"),
-    ("check_step_callables", {"optimizer": {"_target_": "torch.optim.LBFGS", "lr": 1.0}}, "optimizer._target_"),
+    ("check_step_callables", {"optimizer": {"_target_": "torch.optim.Adagrad", "lr": 1.0, "fused": True}},
+     "optimizer.fused"),
     ("check_model_loader_keys", {"model": {"attn_implementation": "sparkle"}}, "model.attn_implementation"),
     ("check_sequence_lengths", {"dataset": {"seq_length": 100_000}}, "dataset.seq_length"),
 ]

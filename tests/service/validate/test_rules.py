@@ -82,7 +82,7 @@ CASES = [
     ("RA-L005", "dense", {"distributed.sequence_parallel": False}),
     ("RA-L006", "dense", {"distributed.tp_size": 4, "hardware.gpus_per_node": 6}),
     ("RA-L007", "moe", {"distributed.ep_size": 16}),
-    ("RA-L008", "moe60", {"distributed.ep_size": 8}),
+    ("RA-L008", "moe60", {"distributed.ep_size": 8, "distributed.etp_size": 1}),
     ("RA-L009", "dense", {"distributed.ep_size": 2}),
     ("RA-L010", "dense", {"distributed.vp_size": 2}),
     ("RA-L011", "l21", {"distributed.pp_size": 4, "distributed.vp_size": 2}),
@@ -145,6 +145,16 @@ CASES = [
                           "dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096, "num_samples": 640},
                           "validation_dataset": {"_target_": "trainer.data.MockDataset", "seq_length": 4096,
                                                  "num_samples": 3}}),
+    ("RA-D005", "dense", {"dataset.sequence_length": 8192}),
+    ("RA-G001", "dense", {"model.cuda_graph_impl": "transformer_engine", "model.use_te_rng_tracker": True,
+                          "distributed.activation_checkpointing": "full"}),
+    ("RA-G002", "dense", {"model.cuda_graph_impl": "transformer_engine"}),
+    ("RA-G003", "dense", {"model.cuda_graph_impl": "transformer_engine", "model.use_te_rng_tracker": True,
+                          "dataset.packed_sequence": True}),
+    ("RA-G004", "dense", {"distributed.use_megatron_fsdp": True, "distributed.tp_size": 4}),
+    ("RA-G005", "moe", {"model.overlap_grad_reduce": True}),
+    ("RA-G006", "kv2", {"distributed.tp_size": 1, "distributed.sequence_parallel": False, "distributed.cp_size": 4,
+                        "model.cp_comm_type": "a2a"}),
     ("RA-S001", "dense", {"loss_fn": {"_target_": "os.system", "command": "rm -rf /"}}),
     ("RA-S002", "dense", {"optimizer.lrr": 1e-3}),
     ("RA-S003", "dense", {"checkpoint.checkpoint_dir": "../../.config/autostart"}),
@@ -153,8 +163,11 @@ CASES = [
 
 def test_base_config_is_clean(models):
     assert codes(base(models["dense"])) == []
-    assert codes(base(models["moe"]) | {"distributed": {"strategy": "megatron", "tp_size": 2, "ep_size": 8,
-                                                       "sequence_parallel": True}}) == []
+    moe = {"strategy": "megatron", "tp_size": 2, "ep_size": 8, "sequence_parallel": True}
+    assert codes(base(models["moe"]) | {"distributed": moe | {"etp_size": 1}}) == []
+    # etp_size unset: Megatron Bridge before v0.6.0 reads it as TP (a 16-GPU expert mesh on 8): a warning
+    assert codes(base(models["moe"]) | {"distributed": moe}) == ["RA-L007"]
+    assert codes(base(models["moe"]) | {"distributed": moe, "metadata": {"bridge_version": "0.6.0"}}) == []
 
 
 @pytest.mark.parametrize("code, model, changes", CASES, ids=[c[0] for c in CASES])
@@ -175,6 +188,7 @@ ALSO_FIRES = {"RA-L001": ("RA-L003",)}
 def test_every_registered_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"RA-C003", "RA-C014"}  # raw YAML / the --gpus flag: tests below
     covered |= {"RA-L019"}  # needs a bundled model with a layout table: tests/service/validate/test_pipeline_split.py
+    covered |= {"RA-G007"}  # needs a bundled vision-language model: tests/service/validate/test_pitfall_rules.py
     covered |= AUTOMODEL_COVERED  # AutoModel recipes: tests/service/validate/test_automodel_dialect.py
     registered = {r.code for r in all_rules()}
     assert registered == covered, registered ^ covered
@@ -186,13 +200,14 @@ def test_duplicate_key_rule_points_at_the_second_key(models):
     assert [(f.code, f.line) for f in report.findings] == [("RA-C003", text.count("\n"))]
 
 
-def test_megatron_split_warning_names_the_split(models):
+def test_megatron_split_error_names_the_split(models):
     config = base(models["l30"])
     set_dotted(config, "distributed.pp_size", 4)
     set_dotted(config, "distributed.vp_size", 2)
     findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
-    assert [(f.code, f.severity) for f in findings] == [("RA-L011", "warning")]
+    assert [(f.code, f.severity) for f in findings] == [("RA-L011", "error")]
     assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
+    assert findings[0].key == "distributed.pp_size"
 
 
 def test_target_outside_allow_list_is_never_imported(models, monkeypatch):

@@ -6,6 +6,8 @@ them, instead of the rules' arithmetic shortcuts.
 """
 
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,7 +122,12 @@ def test_rules_accept_iff_brute_force_does(model, lay, data):
     else:
         gbs = data.draw(st.integers(1, 96), label="gbs")
     seq = data.draw(small([2048, 4096, 4098, 6000, 4099]), label="seq")
+    # The planner's facts: the config it builds writes the split Megatron needs, so any split that exists counts.
     facts = Facts(layout=lay, world_size=world, model=model, hardware=None, global_batch_size=gbs, seq_length=seq,
-                  precision="bf16", strategy="megatron")
+                  precision="bf16", strategy="megatron", extra={"planner": True})
     errors = [f.code for f in check_layout(facts) if f.severity == "error"]
     assert (not errors) == brute_force_valid(model, lay, world, gbs, seq), errors
+    # A config as written places nothing: Megatron then asserts an even split (or no pipeline).
+    as_written = [f.code for f in check_layout(replace(facts, extra={})) if f.severity == "error"]
+    uneven = lay.pp > 1 and model.num_hidden_layers % (lay.pp * (lay.vp or 1)) != 0
+    assert ("RA-L011" in as_written) == (uneven or "RA-L011" in errors)

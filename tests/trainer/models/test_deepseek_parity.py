@@ -18,7 +18,7 @@ from tests.trainer.models.hub_parity import (
     random_hf_model,
 )
 from trainer.models import CausalLM, DecoderConfig, ModelConfigError, build_causal_lm
-from trainer.models.moe import MoE, Router
+from trainer.models.moe import Router
 
 TINY = {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 48, "moe_intermediate_size": 16,
@@ -116,12 +116,14 @@ def test_groups_limit_the_choice_and_the_bias_only_picks() -> None:
                                (2.5 * scores / scores.sum(-1, keepdim=True)).sort(-1).values)
 
 
-def test_aux_loss_is_off_unless_the_config_asks() -> None:
-    assert DecoderConfig.from_hf(TINY).moe.router_aux_loss_coef == 0.0
-    asked = DecoderConfig.from_hf({**TINY, "router_aux_loss_coef": 0.01})
-    assert asked.moe.router_aux_loss_coef == 0.01
-    model = CausalLM(DecoderConfig.from_hf(TINY))
-    assert all(m.aux_loss_coef == 0.0 for m in model.modules() if isinstance(m, MoE))
+def test_balancing_defaults_to_deepseek_v3s_own() -> None:
+    moe = DecoderConfig.from_hf(TINY).moe  # bias update at the paper's gamma, sequence-wise loss at its alpha
+    assert (moe.load_balancing_type, moe.router_aux_loss_coef, moe.bias_update_rate) == ("seq_aux_loss", 1e-4, 1e-3)
+    assert DecoderConfig.from_hf({**TINY, "aux_loss_alpha": 0.001}).moe.router_aux_loss_coef == 0.001
+    assert DecoderConfig.from_hf({**TINY, "router_aux_loss_coef": 0.01}).moe.router_aux_loss_coef == 0.01
+    assert DecoderConfig.from_hf({**TINY, "seq_aux": False}).moe.load_balancing_type == "aux_loss"
+    with pytest.raises(ModelConfigError, match="aux_loss_alpha: -1"):
+        DecoderConfig.from_hf({**TINY, "aux_loss_alpha": -1})
 
 
 def _folder_config(cfg: dict) -> str:

@@ -57,16 +57,31 @@ def test_aux_loss_is_switch_transformers_and_joins_backward() -> None:
     x = torch.randn(2, 5, 16, requires_grad=True)
     out = layer(x)
     _, experts, probs = layer.gate(x.reshape(-1, 16))
-    fraction = torch.bincount(experts.reshape(-1), minlength=4).float() / (10 * 2)
+    # transformers' normalisation: f per token (top_k when balanced), not per (token, slot) pair.
+    fraction = torch.bincount(experts.reshape(-1), minlength=4).float() / 10
     expected = 4 * (fraction * probs.mean(0)).sum()
-    stats = collect_router_stats(layer)
-    assert stats["moe_aux_loss"] == pytest.approx(expected.item(), rel=1e-6)
-    assert stats["expert_load_min"] + stats["expert_load_max"] <= 20
-    assert collect_router_stats(layer) is None  # reset after reading
     # Backward through the output alone carries coefficient x d(aux)/d(router weight).
     (out * 0).sum().backward()
     manual = torch.autograd.grad(0.5 * expected, layer.gate.weight)[0]
     torch.testing.assert_close(layer.gate.weight.grad, manual)
+    stats = collect_router_stats(layer)  # the pooled loss's value is known once backward has run
+    assert stats["moe_aux_loss"] == pytest.approx(expected.item(), rel=1e-6)
+    assert stats["expert_load_min"] + stats["expert_load_max"] <= 20
+    assert collect_router_stats(layer) is None  # reset after reading
+
+
+def test_expert_load_is_summarised_per_layer() -> None:
+    torch.manual_seed(0)
+    layer = MoE(16, CONFIG).train()
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, 0, 0.3)
+    layer(torch.randn(2, 5, 16)).sum().backward()
+    counts = layer.step_counts.double()
+    stats = collect_router_stats(layer)
+    (row,) = stats["expert_load"]
+    assert row["min"] == counts.min() and row["max"] == counts.max()
+    assert row["cv"] == pytest.approx(float(counts.std(unbiased=False) / counts.mean()))
+    assert stats["expert_load_cv"] == row["cv"]
 
 
 def test_eval_forward_adds_no_aux_loss_and_no_stats() -> None:

@@ -1,17 +1,16 @@
-"""Qwen2-MoE beyond the logits: the router against transformers' returned router logits, the
-load-balancing loss against transformers', the gated shared expert, its config keys, and LoRA on it."""
+"""Qwen2-MoE beyond the logits: the router against transformers' returned router logits, the gated
+shared expert, its config keys, and LoRA on it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import transformers
-from transformers.models.qwen2_moe.modeling_qwen2_moe import load_balancing_loss_func
 
 from tests.trainer.models.test_moe_parity import MOE_CONFIGS, random_hf_model
 from trainer.models import CausalLM, DecoderConfig, load_weights_into
 from trainer.models.decoder import SwiGLU
-from trainer.models.moe import MoE, collect_router_stats
+from trainer.models.moe import MoE
 from trainer.models.moe_config import MoEConfig
 
 QWEN2_MOE = MOE_CONFIGS["qwen2_moe"]  # layers 0 and 2 sparse, layer 1 dense (mlp_only_layers)
@@ -54,36 +53,6 @@ def test_router_matches_transformers_router_logits_without_renormalising(pair) -
             torch.testing.assert_close(experts, torch.topk(logits, 2, dim=-1).indices)
             torch.testing.assert_close(weights, probs.gather(1, experts))  # norm_topk_prob unset: false
     assert not gates[0].norm_topk_prob
-
-
-def test_aux_loss_is_transformers_over_top_k() -> None:
-    """transformers counts f_i per token (sums to top_k), the trainer per routed slot (sums to 1), as
-    Megatron-LM does, so a balanced router gives 1 whatever k: with one MoE layer, ours = theirs / k.
-    (With several, transformers pools f and P over layers before the product; the trainer averages the
-    per-layer losses.)"""
-    single = {**QWEN2_MOE, "mlp_only_layers": [1, 2]}  # layer 0 the only MoE layer
-    hf_single = random_hf_model(single).train()
-    ours = CausalLM(DecoderConfig.from_hf(single)).train()
-    ours.load_state_dict(_our_state(hf_single))
-    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(4))
-    theirs = hf_single(ids, output_router_logits=True)
-    theirs_aux = load_balancing_loss_func(theirs.router_logits, 6, 2)
-    ours(ids)
-    stats = collect_router_stats(ours)
-    assert stats["moe_aux_loss"] == pytest.approx(theirs_aux.item() / 2, rel=1e-5)
-    assert theirs.aux_loss.item() == pytest.approx(theirs_aux.item(), rel=1e-6)
-
-
-def _our_state(hf_model: transformers.PreTrainedModel) -> dict[str, torch.Tensor]:
-    """transformers' in-memory state (fused gate_up_proj) in the trainer's names."""
-    out = {}
-    for name, tensor in hf_model.state_dict().items():
-        if name.endswith("experts.gate_up_proj"):
-            gate, up = tensor.chunk(2, dim=1)
-            out[name.replace("gate_up_proj", "gate_proj")], out[name.replace("gate_up_proj", "up_proj")] = gate, up
-        else:
-            out[name] = tensor
-    return out
 
 
 def test_shared_expert_is_the_dense_swiglu_scaled_by_its_sigmoid_gate() -> None:

@@ -32,9 +32,6 @@ from trainer.components.checkpoint_trust import (
     verify_checkpoint,
 )
 from trainer.contract.checkpoint_layout import UntrustedCheckpoint
-from trainer.contract.config import parse_config
-from trainer.contract.overrides import ConfigError, load_yaml_file
-from trainer.contract.resume_checks import check_resume_config
 
 pytestmark = pytest.mark.slow  # each layout's checkpoint is a 2-process run (once per session)
 
@@ -104,22 +101,9 @@ def test_planted_pickle_in_any_file_or_byte_entry_is_refused_and_runs_nothing(la
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_random_or_truncated_file_is_one_line_naming_it(layout, checkpoint_of, tmp_path):
     ckpt = _working_copy(checkpoint_of(layout), tmp_path)
-    run_config = parse_config(load_yaml_file(ckpt / "config.yaml"))
     for place in every_file(ckpt):
         for damage in (randomise, truncate):
             with damaged(ckpt, place, damage) as path:
-                if place.file == Path("config.yaml") and damage is truncate:
-                    # Half a YAML mapping can still be YAML: the resume comparison then refuses another config.
-                    try:
-                        verify_checkpoint(ckpt)
-                    except UntrustedCheckpoint as exc:
-                        message = str(exc)
-                    else:
-                        with pytest.raises(ConfigError) as caught:
-                            check_resume_config(ckpt, run_config, "checkpoint.checkpoint_dir")
-                        message = str(caught.value)
-                    assert "\n" not in message and str(ckpt) in message
-                    continue
                 message = _refusal(ckpt)
             assert str(path) in message, (place, damage.__name__, message)
 

@@ -32,7 +32,7 @@ def test_launcher_refuses_planted_metadata_with_exit_2_and_runs_nothing(checkpoi
     config, ckpt = _run_folder(checkpoint_of, tmp_path)
     marker = tmp_path / "ran"
     plant(ckpt, Place(Path("optim/.metadata")), marker)
-    expected = f"error: checkpoint file {ckpt / 'optim' / '.metadata'}: is not DCP metadata"
+    expected = f"error: checkpoint file {ckpt / 'optim' / '.metadata'}: is "  # of another size, or not DCP metadata
     result = run_launcher(config, "--nproc-per-node", "2")
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

@@ -1,0 +1,203 @@
+"""A run as the store keeps it: where it came from, what it answers, its layout, what it measured, how it ended.
+
+The pydantic models are the contract of every way in (``recipe-advisor train``, ``runs add``, log readers,
+``POST /v1/runs``, ``tune``) and of every way out (``runs list|show|export``, ``GET /v1/runs``). A record is
+checked here for what its own fields can tell (a finite, positive step time; p10 <= median <= p90; a layout of
+positive sizes); whether its model is known is the ways in's to check (``service.runs.checks``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+OUTCOMES = ("completed", "stopped", "out_of_memory", "timed_out", "crashed", "refused")
+Outcome = Literal["completed", "stopped", "out_of_memory", "timed_out", "crashed", "refused"]
+ENGINES = ("bundled", "megatron", "automodel")
+Engine = Literal["bundled", "megatron", "automodel"]
+SOURCES = ("yours", "published")
+Source = Literal["yours", "published"]
+MAX_CONFIG_CHARS = 512 * 1024  # a config is a few KiB; a larger one is not a config
+MAX_LOSS_POINTS = 2000  # the loss curve kept for the Runs view, evenly thinned beyond this
+MAX_TEXT = 4096  # a label, version, command or detail
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _finite_non_negative(value: Optional[float], name: str) -> Optional[float]:
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value}")
+    return value
+
+
+class Provenance(_Strict):
+    """Where the run came from: the engine and its software, the container or release, the hosts, who ran it."""
+
+    engine: Engine = "bundled"
+    software: dict[str, str] = Field(default_factory=dict, description="package -> version (torch, megatron-core...)")
+    release: Optional[str] = Field(None, max_length=MAX_TEXT,
+                                   description="container or release tag (nemo:25.09, Bridge 26.02); calibration "
+                                               "groups by it")
+    hosts: int = Field(1, ge=1)
+    cluster: Optional[str] = Field(None, max_length=MAX_TEXT, description="a cluster label the user sets")
+    team: Optional[str] = Field(None, max_length=MAX_TEXT)
+    source: Source = Field("yours", description="yours: measured on your stack; published: NVIDIA's tables")
+
+
+class RunRequest(_Strict):
+    """The request the run answers, in plan's terms."""
+
+    model: str = Field(..., min_length=1, max_length=256)
+    gpu_type: str = Field(..., min_length=1, max_length=256)
+    gpus_per_node: int = Field(..., ge=1)
+    nodes: int = Field(1, ge=1)
+    goal: Literal["pretrain", "sft", "peft"] = "pretrain"
+    seq_length: int = Field(..., ge=1)
+    global_batch_size: int = Field(..., ge=1)
+    precision: str = Field("bf16", max_length=64)
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+class RunLayout(_Strict):
+    """The layout measured; ``dp`` is what the world left, as the trainer derived it."""
+
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    vp: Optional[int] = Field(None, ge=1)
+    cp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    etp: Optional[int] = Field(None, ge=1)
+    dp: int = Field(1, ge=1)
+    micro_batch_size: int = Field(1, ge=1)
+    recompute: str = Field("none", max_length=64, description="none | selective | full")
+    sharding: str = Field("none", max_length=64, description="none | optimizer | full (FSDP2 / Megatron-FSDP)")
+    fast_paths: dict[str, object] = Field(default_factory=dict, description="config key -> value (model.kernels...)")
+
+    @property
+    def key(self) -> tuple:
+        """The layout as plan's rows name it: (tp, pp, vp or 1, cp, ep, etp, micro batch)."""
+        return (self.tp, self.pp, self.vp or 1, self.cp, self.ep, self.etp, self.micro_batch_size)
+
+
+class Measurement(_Strict):
+    """What the run measured after its warm-up, and what the planner estimated for the layout at the time."""
+
+    timed_steps: int = Field(0, ge=0, description="steps timed after warm-up")
+    step_time_s: Optional[float] = Field(None, description="median step time")
+    step_time_p10_s: Optional[float] = None
+    step_time_p90_s: Optional[float] = None
+    tokens_per_s_per_gpu: Optional[float] = None
+    mfu: Optional[float] = None
+    peak_mem_gib: Optional[float] = None
+    loss_first: Optional[float] = None
+    loss_last: Optional[float] = None
+    loss_curve: list[tuple[int, float]] = Field(default_factory=list, max_length=MAX_LOSS_POINTS,
+                                                description="(step, loss) pairs, for the Runs view")
+    estimate_step_time_s: Optional[float] = None
+    estimate_tokens_per_s_per_gpu: Optional[float] = None
+
+    @field_validator("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s_per_gpu", "mfu",
+                     "peak_mem_gib", "estimate_step_time_s", "estimate_tokens_per_s_per_gpu")
+    @classmethod
+    def _non_negative(cls, value: Optional[float], info) -> Optional[float]:
+        value = _finite_non_negative(value, info.field_name)
+        if value == 0 and info.field_name in ("step_time_s", "estimate_step_time_s"):
+            raise ValueError(f"{info.field_name} must be positive, got 0")
+        return value
+
+    @field_validator("loss_first", "loss_last")
+    @classmethod
+    def _finite_loss(cls, value: Optional[float], info) -> Optional[float]:
+        # A diverged run's loss is data (NaN would break the JSON export): it is stored as None with the outcome.
+        return value if value is None or math.isfinite(value) else None
+
+    @model_validator(mode="after")
+    def _ordered_percentiles(self) -> "Measurement":
+        lo, mid, hi = self.step_time_p10_s, self.step_time_s, self.step_time_p90_s
+        below = lo is not None and mid is not None and lo > mid * (1 + 1e-9)
+        above = hi is not None and mid is not None and hi < mid * (1 - 1e-9)
+        if below or above:
+            raise ValueError(f"step time percentiles out of order: p10 {lo}, median {mid}, p90 {hi}")
+        return self
+
+
+class Reproduce(_Strict):
+    """What it takes to run it again at the same speed."""
+
+    driver: Optional[str] = Field(None, max_length=MAX_TEXT)
+    env: dict[str, str] = Field(default_factory=dict, description="variables that change speed (NCCL_*, "
+                                                                  "CUDA_DEVICE_MAX_CONNECTIONS, ...)")
+    command: Optional[str] = Field(None, max_length=MAX_TEXT)
+    log_path: Optional[str] = Field(None, max_length=MAX_TEXT)
+
+
+class RunRecord(_Strict):
+    """One run. ``id`` and ``recorded_at`` are the store's; everything else is the run's own."""
+
+    id: Optional[int] = None
+    recorded_at: Optional[datetime] = None
+    started_at: Optional[datetime] = Field(None, description="when the run began, when known")
+    provenance: Provenance = Field(default_factory=Provenance)
+    request: RunRequest
+    layout: RunLayout = Field(default_factory=RunLayout)
+    config_text: Optional[str] = Field(None, max_length=MAX_CONFIG_CHARS)
+    config_hash: Optional[str] = Field(None, max_length=128)
+    measurement: Measurement = Field(default_factory=Measurement)
+    outcome: Outcome = "completed"
+    outcome_detail: Optional[str] = Field(None, max_length=MAX_TEXT)
+    reproduce: Reproduce = Field(default_factory=Reproduce)
+
+    @model_validator(mode="after")
+    def _hash_config(self) -> "RunRecord":
+        if self.config_text is not None and self.config_hash is None:
+            self.config_hash = config_hash(self.config_text)
+        return self
+
+    @model_validator(mode="after")
+    def _completed_has_time(self) -> "RunRecord":
+        if self.outcome == "completed" and self.measurement.step_time_s is None:
+            raise ValueError("a completed run needs measurement.step_time_s (the median step time after warm-up)")
+        return self
+
+    @property
+    def measured_tokens_per_s_per_gpu(self) -> Optional[float]:
+        """Tokens/s/GPU as measured, or from the step time and the request when the run gave only that."""
+        m = self.measurement
+        if m.tokens_per_s_per_gpu is not None:
+            return m.tokens_per_s_per_gpu
+        if m.step_time_s:
+            r = self.request
+            return r.global_batch_size * r.seq_length / m.step_time_s / r.world_size
+        return None
+
+    def content_key(self) -> str:
+        """The run's identity: the same run added twice (by `train` and again by `runs add`, or a log read
+        twice) has the same key. The store's fields, the team and where the log lay are not part of it."""
+        data = self.model_dump(mode="json", exclude={"id": True, "recorded_at": True, "config_text": True,
+                                                     "provenance": {"team"}, "reproduce": {"log_path"}})
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def config_hash(text: str) -> str:
+    """sha256 of the config text with line endings and trailing space normalised (a copy that crossed Windows
+    is the same config)."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    return hashlib.sha256("\n".join(lines).strip().encode()).hexdigest()
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)

@@ -1,0 +1,1 @@
+"""Megatron Bridge and Megatron-LM dialects (service/validate/megatron/dialect.py)."""
