@@ -6,7 +6,12 @@ precision, then compare the planner's ranking of distinct (TP, PP, CP, EP) tuple
 expert's tuple. Reports top-1 and top-5 agreement and the expert layout's rank; writes a
 Markdown table for benchmarks/README.md with ``--markdown``.
 
-    .venv/bin/python benchmarks/expert_layouts.py [--markdown] [--verbose]
+    .venv/bin/python benchmarks/expert_layouts.py [--markdown] [--verbose] [--sources] [--smoke]
+
+``--sources`` compares the planner's estimate ranking (before) with the rows `plan` shows (after: distinct shapes,
+the candidate sources' choice first, then the nearest transferred layouts: service/plan/sources.py), top-1 and top-5,
+dense and MoE, leave-one-recipe-out: the recipe being scored is left out of the index for its own request, so it
+never transfers to itself (nor counts as tuned for itself). ``--smoke`` scores the first few recipes only.
 
 Recipes whose model has no bundled card are counted as skipped (the planner needs the
 architecture). The planner never sees the expert's layout: only the request.
@@ -27,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from recipe_index import find_bundled_model, get_hardware  # noqa: E402
 from service.plan.planner import make_request, plan  # noqa: E402
+from service.plan.shown import shapes, shown_rows  # noqa: E402
+from service.plan.sources import CONTRACT_FIELDS, choose, sized_library  # noqa: E402
 from service.validate.rules.precision import FP8_RECIPES, precision_of_token  # noqa: E402
 
 # Recipes that contradict themselves at their own GPU count (reference/mbridge_rules.md section 5):
@@ -42,6 +49,7 @@ def shared_dir() -> Path:
     return Path(env) if env else ROOT.parent / "shared"
 
 
+SMOKE_RECORDS = 3
 HELDOUT = ROOT / "benchmarks" / "data" / "heldout_expert_layouts.json"
 
 
@@ -64,7 +72,31 @@ def ranked_tuples(p) -> list[tuple[int, int, int, int]]:
     return list(seen)
 
 
-def evaluate(records: list[dict], grad_reduce_dtype: str = "fp32") -> list[dict]:
+def _tuple_of(row) -> tuple[int, int, int, int]:
+    lay = row.structure
+    return (lay.tp, lay.pp, lay.cp, lay.ep)
+
+
+def _rank_in(tuples: list[tuple], expert: tuple) -> int | None:
+    return tuples.index(expert) + 1 if expert in tuples else None
+
+
+def source_ranks(p, name: str, expert: tuple) -> dict:
+    """The expert tuple's rank among the estimate's rows (each row a variant), the estimate's distinct shapes, and
+    the rows `plan` shows (after), with ``name`` (the scored recipe, as the index names it) left out."""
+    left_out = frozenset({name, name.removesuffix("_config")})
+    rows = [_tuple_of(row) for row in p.layouts]
+    estimate_shapes = [_tuple_of(group[0]) for group in shapes(p)]
+    choice = None
+    if p.best is not None:
+        choice = choose(p, sized_library(p, left_out), CONTRACT_FIELDS, left_out)
+    p.choice = choice
+    shown = [_tuple_of(s.row) for s in shown_rows(p, 5)]
+    return {"rows": _rank_in(rows[:5], expert), "estimate_shapes": _rank_in(estimate_shapes[:5], expert),
+            "shown": _rank_in(shown, expert), "case": choice.source.case if choice else None}
+
+
+def evaluate(records: list[dict], grad_reduce_dtype: str = "fp32", sources: bool = False) -> list[dict]:
     """Plan every record; ``grad_reduce_dtype`` is what the requests say (the issue's inputs leave it
     out: fp32, the planner's default; the benchmark recipes themselves reduce in bf16)."""
     results, cache = [], {}
@@ -88,13 +120,34 @@ def evaluate(records: list[dict], grad_reduce_dtype: str = "fp32") -> list[dict]
                                precision=key[5], engine="megatron", grad_reduce_dtype=grad_reduce_dtype)
             started = time.perf_counter()
             p = plan(req)
-            cache[key] = (ranked_tuples(p), time.perf_counter() - started)
-        tuples, seconds = cache[key]
+            cache[key] = (ranked_tuples(p), time.perf_counter() - started, p)
+        tuples, seconds, p = cache[key]
+        if sources:
+            result["sources"] = source_ranks(p, r["name"], result["expert"])
+            result["moe"] = card.is_moe
         rank = tuples.index(result["expert"]) + 1 if result["expert"] in tuples else None
         result.update(status="planned", rank=rank, top=tuples[0] if tuples else None, seconds=seconds,
                       model=card.id, hardware=hw_name, gpus=r["num_gpus"], mode=r["mode"])
         results.append(result)
     return results
+
+
+def before_after(results: list[dict]) -> str:
+    """Top-1 and top-5 of the expert's (TP, PP, CP, EP), dense and MoE: the estimate's rows (each variant a row),
+    its distinct shapes, and the rows `plan` shows with the candidate sources (leave-one-recipe-out)."""
+    lines = ["| models | requests | estimate rows top-1 / top-5 | estimate shapes top-5 | shown shapes top-1 / "
+             "top-5 |", "|---|---|---|---|---|"]
+    planned = [r for r in results if r["status"] == "planned" and "sources" in r]
+    for label, rows in (("dense", [r for r in planned if not r["moe"]]), ("MoE", [r for r in planned if r["moe"]]),
+                        ("all", planned)):
+        def count(kind: str, k: int) -> str:
+            hits = sum(r["sources"][kind] is not None and r["sources"][kind] <= k for r in rows)
+            return f"{hits} ({100 * hits / len(rows):.0f} %)" if rows else "-"
+        lines.append(f"| {label} | {len(rows)} | {count('rows', 1)} / {count('rows', 5)} | "
+                     f"{count('estimate_shapes', 5)} | {count('shown', 1)} / {count('shown', 5)} |")
+    cases = Counter(r["sources"]["case"] for r in planned)
+    lines += ["", "first row's source: " + ", ".join(f"{case} {n}" for case, n in sorted(cases.items(), key=str))]
+    return "\n".join(lines)
 
 
 def _top_counts(rows: list[dict]) -> tuple[int, int]:
@@ -198,11 +251,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="score these records instead of the reference's benchmark recipes (same keys as "
                              "mbridge_recipes.json; e.g. benchmarks/data/heldout_expert_layouts.json, the "
                              "held-out layouts of other public sources; records marked in_reference are left out)")
+    parser.add_argument("--sources", action="store_true",
+                        help="before/after: the estimate's ranking vs the rows plan shows with the candidate sources "
+                             "(leave-one-recipe-out)")
+    parser.add_argument("--smoke", action="store_true", help="score the first few recipes only (a test runs it)")
     parser.add_argument("--recipe-grad-reduce", action="store_true",
                         help="plan with the recipes' own bf16 gradient reduce (grad_reduce_in_fp32=False), "
                              "not the default fp32")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path in seconds (the suite runs it): the first 8 records")
     args = parser.parse_args(argv)
     if args.records:
         bench = scored_records(args.records)
@@ -210,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         records = json.loads((shared_dir() / "reference" / "mbridge_recipes.json").read_text())
         bench = [r for r in records if r["kind"] == "perf_benchmark"]
     if args.smoke:
-        bench = bench[:8]
+        bench = bench[:SMOKE_RECORDS]
     started = time.perf_counter()
-    results = evaluate(bench, "bf16" if args.recipe_grad_reduce else "fp32")
+    results = evaluate(bench, "bf16" if args.recipe_grad_reduce else "fp32", args.sources)
     s = summary(results)
     print(f"planned {s['planned']} of {s['recipes']} benchmark recipes in {time.perf_counter() - started:.1f} s "
           f"({s['skipped']} skipped: no bundled model card; {s['invalid']} excluded: layout invalid at own GPU count)")
@@ -229,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         print(by_hardware(results))
     if args.carried:
         print(carried_markdown(results))
+    if args.sources:
+        print(before_after(results))
     if args.markdown:
         print(markdown(results, s))
     return 0

@@ -7,11 +7,13 @@ descent over a grid, minimising the mean absolute log error) and the held-out fa
 the newest release of each setup (request and layout) counts: the same layout moves between releases as the
 software does, and older software is not what a user runs.
 
-    .venv/bin/python benchmarks/step_time_cv.py [--markdown]
+    .venv/bin/python benchmarks/step_time_cv.py [--markdown] [--write-bands]
 
 Prints, per family, the in-sample error (constants fitted on every family) and the out-of-sample error (fitted
 without the family), the pooled out-of-sample median absolute error for dense and MoE records, and the pair order
-of layouts of one setup measured more than 10 % apart.
+of layouts of one setup measured more than 10 % apart. ``--write-bands`` stores the per-family out-of-sample errors
+and the pooled medians as ``service/estimate/family_bands.json`` (with this provenance): the error bands within which
+`recommend` keeps a recipe's layout over the planner's estimate (service/estimate/bands.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from recipe_index import find_bundled_model  # noqa: E402
 from service.estimate import constants as C  # noqa: E402
 
 # The fitted constants and the grid each is searched on (physically plausible ranges: see constants.py).
+BANDS = ROOT / "service" / "estimate" / "family_bands.json"
 GRID = {"MOE_MEASURED_STEP_FACTOR": tuple(round(1.0 + 0.05 * i, 2) for i in range(25))}
 PAIR_GAP = 0.10
 
@@ -102,12 +105,27 @@ def pair_order(rows: list[dict], min_gap: float = PAIR_GAP) -> tuple[int, int]:
     return agree, total
 
 
+def bands_document(lines: list[tuple], dense_by_family: dict[str, list[float]], moe_out: list[float],
+                   dense_logs: list[float], data: Path) -> dict:
+    """The out-of-sample error of each family and the pooled medians, with where they come from."""
+    families = {held: {"kind": "moe", "records": n, "out_of_sample": round(outs, 4)} for held, n, _, outs, _ in lines}
+    families.update({name: {"kind": "dense", "records": len(logs), "out_of_sample": round(median_abs(logs), 4)}
+                     for name, logs in sorted(dense_by_family.items())})
+    return {"provenance": "benchmarks/step_time_cv.py --write-bands: median absolute error of the step-time estimate "
+                          f"against {data.relative_to(ROOT) if data.is_relative_to(ROOT) else data.name} (newest "
+                          "release of each setup), each MoE family estimated with the constants fitted without it; "
+                          "dense records are out of sample by construction (no constant is fitted on them)",
+            "median": {"moe": round(median_abs(moe_out), 4), "dense": round(median_abs(dense_logs), 4)},
+            "families": families}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="every grid's first, middle and last value only (the suite "
                     "runs it)")
+    ap.add_argument("--write-bands", action="store_true", help=f"store the bands as {BANDS.relative_to(ROOT)}")
     args = ap.parse_args()
     if args.smoke:
         GRID.update({name: grid[::len(grid) // 2] for name, grid in GRID.items()})
@@ -149,6 +167,10 @@ def main() -> None:
           f"{len(dense_logs)} records")
     agree, total = pair_order(out_rows + dense_rows)
     print(f"pair order, out of sample (layouts of one setup measured > {PAIR_GAP:.0%} apart): {agree} of {total}")
+    if args.write_bands:
+        document = bands_document(lines, dense_by_family, moe_out, dense_logs, args.data)
+        BANDS.write_text(json.dumps(document, indent=1) + "\n")
+        print(f"wrote {BANDS.relative_to(ROOT)}")
     if args.markdown:
         for held, n, ins, outs, values in lines:
             print(f"| {held} | " + " | ".join(f"{v:g}" for v in values.values()) + " |")

@@ -59,9 +59,11 @@ def recipe_layout(entry: RecipeEntry) -> Optional[RecipeLayout]:
     steps = steps if isinstance(steps, dict) else {}
     vp = dist.get("vp_size")
     strategy = dist.get("strategy")
-    return RecipeLayout(tp=_int(dist, "tp_size"), pp=_int(dist, "pp_size"),
+    tp, ep = _int(dist, "tp_size"), _int(dist, "ep_size")
+    # Without experts, ETP is Megatron's default (TP's), as the planner writes it: a dense layout matches its row.
+    return RecipeLayout(tp=tp, pp=_int(dist, "pp_size"),
                         vp=vp if isinstance(vp, int) and vp > 1 else None, cp=_int(dist, "cp_size"),
-                        ep=_int(dist, "ep_size"), etp=_int(dist, "etp_size"),
+                        ep=ep, etp=_int(dist, "etp_size", tp) if ep > 1 else tp,
                         sp=bool(dist.get("sequence_parallel")), micro_batch_size=_int(steps, "local_batch_size"),
                         recompute=str(dist.get("activation_checkpointing") or "none"),
                         fully_sharded=bool(dist.get("use_megatron_fsdp")) or strategy == "fsdp2",

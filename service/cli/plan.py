@@ -11,7 +11,7 @@ from recipe_index import get_hardware
 from recipe_index.errors import ModelConfigError, UnknownHardwareError, UnknownModelError
 from service.estimate.memory import GRAD_REDUCE_DTYPES
 from service.plan.planner import plan
-from service.plan.report import format_text, plan_json
+from service.plan.report import DEFAULT_TOP, format_text, plan_json
 from service.plan.types import ENGINES, GOALS, PlanError
 from service.recommend.contract import plan_request
 from service.request import AdviceRequest, advice_request, check_limits
@@ -19,7 +19,6 @@ from service.runs.advice import reading_store, with_runs
 from service.validate.rules.precision import PRECISION_CHOICES
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
-DEFAULT_TOP = 10
 REQUEST_ERRORS = (UnknownModelError, UnknownHardwareError, ModelConfigError, PlanError)
 
 

@@ -117,8 +117,8 @@ def summary_text(rec: Recommendation) -> str:
                  f"{gib(mem.optimizer)}, activations {gib(mem.activations)}, other {gib(mem.other)}) of "
                  f"{req.hardware.memory_gib:g}")
     lines.append(f"estimate: {t.step_time_s:.2f} s/step, {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {t.mfu:.2f}")
-    if rec.plan.why_first:
-        lines.append(f"this layout is {rec.plan.why_first}")
+    if rec.why_first:
+        lines.append(f"this layout is {rec.why_first}")
     if rec.changes:
         lines.append(f"changes from the base recipe ({verdict(rec.changes)}):")
         lines += [f"  [{c.layer}] {c.key}: {c.old!r} -> {c.new!r}" for c in rec.changes]

@@ -231,8 +231,5 @@ MAX_EXPLICIT_LAYOUT_STAGES = 16
 # A CP rank below this many tokens cannot hide the ring exchange behind attention; the
 # planner does not enumerate it (every recipe whose model the index carries keeps >= 1024).
 MIN_TOKENS_PER_CP_RANK = 1024
-# recommend keeps a library recipe's own layout (sized for this GPU type and count) unless the planner's
-# best is estimated faster by more than this: the estimates' median absolute error against published
-# throughput, out of sample (benchmarks/step_time_cv.py: dense 10.2 % over 75 setups; MoE 24.9 % over 69,
-# leave-one-model-family-out).
-LAYOUT_KEEP_BAND = {"dense": 0.10, "moe": 0.25}
+# recommend keeps a recipe's own layout unless the planner's best is estimated faster by more than the model
+# family's out-of-sample error: service/estimate/bands.py (family_bands.json, from benchmarks/step_time_cv.py).

@@ -7,7 +7,7 @@ They live below the modules that build them (``service.plan.planner``, ``search_
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 from recipe_index.cards import HardwareCard, ModelCard
 from service.estimate import constants as C
@@ -53,6 +53,9 @@ class PlanRequest:
     # The recipe packs its SFT data offline (dataset.packed_sequence): Megatron Bridge then takes only
     # micro batch 1 (ConfigContainer.validate(); Megatron Bridge, "Sequence packing").
     packed_sequence: bool = False
+    # The contract fields the user set (the others came from the base recipe): a tuned recipe must match these
+    # (service.plan.sources). A request built from explicit values sets them all.
+    given: frozenset = frozenset({"seq_length", "global_batch_size", "precision"})
 
     @property
     def world_size(self) -> int:
@@ -200,6 +203,9 @@ class Plan:
     rejections: dict[str, tuple[Finding, int]] = field(default_factory=dict)  # rule code -> (example, count)
     # Why the first row is first although a faster one is listed (ranking.why_first); None when it is the fastest.
     why_first: Optional[str] = None
+    # The candidate sources' choice (service.plan.sources.plan_choice), computed when an answer first needs it.
+    choice: Optional[Any] = field(default=None, repr=False, compare=False)
+    by_key: Optional[dict] = field(default=None, repr=False, compare=False)  # Plan.find's index
     # What the runs store adds (service.runs.advice.RunsView): measured rows, calibration; None without a store.
     runs: Optional[object] = None
 
@@ -224,7 +230,11 @@ class Plan:
     def find(self, layout: Layout) -> Optional[PlannedLayout]:
         """The planned row of a layout (TP, PP, VP, CP, EP, ETP, micro batch), if it is a valid one."""
         key = (layout.tp, layout.pp, layout.vp_or_1, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
-        return next((p for p in self.layouts if p.key == key), None)
+        if self.by_key is None:  # built once: the candidate sources look up several layouts of one plan
+            self.by_key = {}
+            for row in self.layouts:
+                self.by_key.setdefault(row.key, row)
+        return self.by_key.get(key)
 
     def why_not_fitting(self, row: PlannedLayout) -> str:
         m = row.memory

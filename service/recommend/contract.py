@@ -7,6 +7,7 @@ same layouts for the same request.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence, Union
 
 from recipe_index import find_bundled_model, get_hardware, resolve_model
@@ -103,9 +104,12 @@ def plan_request(request: AdviceRequest) -> PlanRequest:
               "global_batch_size": _given(request.global_batch_size, gbs),
               "precision": precision or request.precision,  # the asked one as recommend resolves it (fp8 -> fp8mx)
               "grad_reduce_dtype": request.grad_reduce_dtype or grad_reduce}
-    return make_request(request.model, request.gpus, request.gpu_type, nodes=request.nodes, goal=request.goal,
-                        engine=request.engine, packed_sequence=packed,
-                        **{name: value for name, value in values.items() if value is not None})
+    planned = make_request(request.model, request.gpus, request.gpu_type, nodes=request.nodes, goal=request.goal,
+                           engine=request.engine, packed_sequence=packed,
+                           **{name: value for name, value in values.items() if value is not None})
+    given = frozenset(name for name in ("seq_length", "global_batch_size", "precision")
+                      if getattr(request, name) is not None)
+    return replace(planned, given=given)
 
 
 def _megatron_precision(asked: Optional[str], contract: dict, base: dict) -> Optional[str]:

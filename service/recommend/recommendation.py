@@ -30,14 +30,17 @@ from service.estimate import constants as C
 from service.facts import Finding
 from service.plan.planner import make_request, plan
 from service.plan.provenance import plan_calibration, row_dict
+from service.plan.report import DEFAULT_TOP
+from service.plan.shown import shown_rows, why_first_shown
 from service.plan.sizing import gpus_option, gpus_that_fit, memory_only
+from service.plan.sources import ESTIMATE, LayoutSource
 from service.plan.types import Plan, PlanError, PlannedLayout
 from service.recommend.automodel_emit import as_automodel, no_automodel_layout
 from service.recommend.bridge_command import bridge_command, bridge_recipe_name, gaps_note
 from service.recommend.config_build import build_config
 from service.recommend.contract import recipe_and_request
 from service.recommend.launch_commands import render_commands
-from service.recommend.layout_source import LayoutSource, alternatives, choose_layout
+from service.recommend.layout_source import alternatives, choose_layout
 from service.recommend.request_overrides import request_fields
 from service.request import MAX_SEQ_LENGTH, AdviceRequest, advice_request
 from service.runs.advice import reading_store, with_runs
@@ -70,6 +73,17 @@ class Recommendation:
     emit: str = "recipe-advisor"  # or "automodel": config_yaml is a NeMo AutoModel recipe
 
     @property
+    def why_first(self) -> Optional[str]:
+        """Why the chosen layout is first although a faster one is among the rows `plan` shows by default: only when
+        the estimate chose it (a recipe's layout says why in ``layout_source``, quoting its own estimate)."""
+        if self.layout_source is not None and self.layout_source.source != ESTIMATE:
+            return None
+        shown = shown_rows(self.plan, DEFAULT_TOP)
+        if not shown or shown[0].row is not self.best:
+            return None
+        return why_first_shown(self.plan, shown, numbered=False)
+
+    @property
     def errors(self) -> int:
         return sum(f.severity == "error" for f in self.findings)
 
@@ -88,7 +102,7 @@ class Recommendation:
             "layout_source": None if self.layout_source is None else self.layout_source.to_dict(),
             "alternatives": alternatives(self.plan, self.best),
             "calibration": plan_calibration(self.plan),
-            "why_first": self.plan.why_first if self.best is self.plan.best else None,
+            "why_first": self.why_first,
             "config": json_safe(self.config),  # .nan/.inf as "nan"/"inf", as diff's JSON writes them
             "config_yaml": self.config_yaml,
             "changes": [c.to_dict() for c in self.changes],
@@ -156,7 +170,10 @@ def prepare(advice: AdviceRequest, runs_db: Optional[str] = None, *, read_runs: 
                                   **given)
 
     notes: list[str] = []
+    set_fields = frozenset(name for name, value in given.items() if value is not None)
     recipe, base, request, contract = contract_request(goal, probe.world_size, notes)
+    # The plan knows which contract fields the user set, as `plan` does: a tuned recipe must match only those.
+    request = replace(request, given=set_fields & request.given)
     result = with_runs(plan(request), reading_store(runs_db)) if read_runs else plan(request)
     if result.best is None and request.world_size == 1 and goal != "peft":
         # The PEFT recipe's own contract: only what the user gave carries over from the request.
@@ -173,7 +190,6 @@ def prepare(advice: AdviceRequest, runs_db: Optional[str] = None, *, read_runs: 
         notes.append(_long_context_note(request.seq_length, engine, result))
     if result.best is None:
         raise _impossible(result, request)
-    set_fields = frozenset(name for name, value in given.items() if value is not None)
     return Prepared(card=card, goal=goal, engine=engine, recipe=recipe, base=base, request=request, result=result,
                     contract=contract, overrides=tuple(advice.overrides), given=set_fields, notes=notes)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any, Callable
@@ -154,6 +155,8 @@ def verify_checkpoint(ckpt: Path) -> None:
 def _check_recorded_sizes(ckpt: Path) -> None:
     """The size of each file as ``.complete`` recorded it at publication (checkpoints saved before it did: none)."""
     marker = ckpt / COMPLETE_MARKER
+    if not os.path.lexists(marker):  # not a published checkpoint (a bare DCP folder): nothing recorded
+        return
     _check_json(marker)
     recorded = json.loads(marker.read_bytes().decode("utf-8"))
     files = recorded.get("files") if isinstance(recorded, dict) else None

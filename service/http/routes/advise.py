@@ -26,8 +26,8 @@ from service.http.errors import ERRORS, JSON, client_error, encode, unusable_yam
 from service.http.limits import StrictRequestRoute
 from service.lookups import lookup_hardware, lookup_model
 from service.plan.planner import plan
-from service.plan.provenance import row_dict
-from service.plan.report import plan_json
+from service.plan.report import plan_json, shown_dict
+from service.plan.shown import shown_rows
 from service.plan.types import Plan, PlanError
 from service.recommend.contract import plan_request
 from service.recommend.recommendation import Recommendation, recommend_for
@@ -184,7 +184,7 @@ def why_chosen(rec: Recommendation) -> list[str]:
 
 def recommendation_response(rec: Recommendation, top: int) -> m.RecommendResponse:
     data = rec.to_dict()
-    others = [row_dict(rec.plan, row) for row in [row for row in rec.plan.layouts if row is not rec.best][:top]]
+    others = [shown_dict(rec.plan, shown) for shown in shown_rows(rec.plan, top + 1) if shown.row is not rec.best][:top]
     return m.RecommendResponse.model_validate({**data, "why": why_chosen(rec), "other_layouts": others})
 
 

@@ -261,6 +261,39 @@ class MeasuredYours(_Response):
     clusters: list[str] = Field(description="Their cluster labels (the GPU type where none).", examples=[["eos"]])
 
 
+class VariantOut(_Response):
+    """Another variant of a shown layout's shape (micro batch, VP, recompute), folded under it."""
+
+    vp: Optional[int] = Field(description="Virtual pipeline stages per rank (null: off).", examples=[None])
+    micro_batch_size: int = Field(description="Sequences per micro batch.", examples=[2])
+    grad_accumulation_steps: int = Field(description="Micro batches per optimizer step per replica.", examples=[8])
+    recompute: str = Field(description="Activation recompute: none, selective or full.", examples=["selective"])
+    sharding: str = Field(description="How data parallelism shards the training state.", examples=["optimizer"])
+    fits: bool = Field(description="Whether it fits the GPU with headroom.", examples=[True])
+    memory_gib: float = Field(description="Estimated memory per GPU, GiB (total).", examples=[61.2])
+    tokens_per_s_per_gpu: Optional[float] = Field(description="Estimated tokens/s per GPU; null when it does not fit.",
+                                                  examples=[7050.0])
+
+
+class ShownLayoutOut(LayoutOut):
+    """A row of a plan: one distinct parallel shape, its best variant, where it comes from and the other variants."""
+
+    layout_source: str = Field(
+        default="estimate", description="Where the row comes from (the order in which sources win, docs/planner.md): "
+        "tuned (the benchmark recipe for exactly this request), library (the library recipe sized for it), "
+        "transferred (this model's recipe on other hardware or GPU counts, adapted), or estimate (the planner's "
+        "ranking). Marked rows come first.", examples=["transferred"])
+    source_recipe: Optional[str] = Field(default=None, description="The recipe a marked row comes from.",
+                                         examples=["qwen3_30b_a3b_pretrain_16gpu_gb200_bf16_dev"])
+    source_note: Optional[str] = Field(
+        default=None, description="How a transferred layout was adapted to this request.",
+        examples=["tuned on gb200 at 16 GPUs (qwen3_30b_a3b_pretrain_16gpu_gb200_bf16_dev), adapted to 16: EP 16 -> 8"])
+    estimate_rank: Optional[int] = Field(
+        default=None, description="The shape's place in the estimate's ranking of distinct shapes (1: the "
+        "estimate's first); null for a marked layout whose shape the planner's search does not hold.", examples=[32])
+    variants: list[VariantOut] = Field(default_factory=list, description="The shape's other variants, best first.")
+
+
 class AlternativeOut(LayoutOut):
     """Another layout beside the recommended one, with its estimated gain."""
 
@@ -273,15 +306,20 @@ class LayoutSourceOut(_Response):
     """Where the recommended layout comes from: measured and tuned beat estimated."""
 
     case: str = Field(description="tuned (a benchmark recipe tuned for exactly this request), library_kept (the base "
-                      "library recipe's own layout, within the error band of the planner's best), replanned (a recipe "
-                      "layout was weighed and replaced; summary says why) or planned (no recipe sized for this).",
+                      "library recipe's own layout, within the error band of the planner's best), transferred (MoE: "
+                      "this model's nearest recipe on other hardware or GPU counts, adapted, within the band), "
+                      "replanned (a recipe layout was weighed and replaced; summary says why) or planned (no recipe "
+                      "sized for this).",
                       examples=["tuned"])
     recipe: Optional[str] = Field(description="The recipe whose layout was applied or weighed.",
                                   examples=["qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs"])
     summary: str = Field(description="The case in words, with the estimated gain when a layout was replaced.",
                          examples=["tuned for exactly this: the layout of ... which NVIDIA tuned for throughput"])
-    band: Optional[float] = Field(description="The estimates' error band a library layout is kept within (0.1: "
-                                  "10 %).", examples=[0.1])
+    band: Optional[float] = Field(description="The estimates' error band a recipe's layout is kept within (0.27: "
+                                  "27 %): the model family's out-of-sample error, else the median.", examples=[0.27])
+    band_basis: Optional[str] = Field(
+        default=None, description="Which band applied, in words.",
+        examples=["the Qwen3 MoE family's out-of-sample error (26 published setups)"])
     estimated_gain: Optional[float] = Field(description="The planner's best over the library layout, estimated.",
                                             examples=[0.04])
 
@@ -360,7 +398,13 @@ class PlanResponse(_Response):
     grad_reduce_dtype: str = Field(description="Gradient reduce dtype planned for.", examples=["fp32"])
     seq_length: int = Field(description="Sequence length planned for.", examples=[4096])
     global_batch_size: int = Field(description="Global batch planned for.", examples=[32])
-    layouts: list[LayoutOut] = Field(description="Best first; empty when no layout obeys the rules.")
+    layouts: list[ShownLayoutOut] = Field(
+        description="Distinct parallel shapes (TP, PP, VP or not, CP, EP, ETP, sharding), each with its best variant: "
+        "the candidate sources' choice first (marked when a recipe's layout won), the nearest transferred layouts "
+        "(marked), then the estimate's ranking; `top` counts shapes. Empty when no layout obeys the rules.")
+    layout_source: Optional[LayoutSourceOut] = Field(
+        default=None, description="The layout `recommend` would apply for this request and why (null when nothing "
+        "fits).")
     why_first: Optional[str] = Field(default=None, description=WHY_FIRST_DESCRIPTION,
                                      examples=[WHY_FIRST_EXAMPLE])
     rejections: list[Rejection] = Field(
@@ -444,7 +488,8 @@ class RecommendResponse(_Response):
         "counts, with their estimated gain over the chosen one.")
     why_first: Optional[str] = Field(default=None, description=WHY_FIRST_DESCRIPTION,
                                      examples=[WHY_FIRST_EXAMPLE])
-    other_layouts: list[LayoutOut] = Field(description="The next best layouts, best first.")
+    other_layouts: list[ShownLayoutOut] = Field(description="The next rows `plan` shows (distinct shapes), best "
+                                                "first, each with its variants.")
     config: dict[str, Any] = Field(
         description="The advised config as data (same content as `config_yaml`).",
         examples=[{"distributed": {"strategy": "megatron", "tp_size": 1}}],

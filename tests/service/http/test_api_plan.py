@@ -33,7 +33,7 @@ def test_plan_passes_every_field_through(client):
     assert (got["goal"], got["seq_length"], got["global_batch_size"], got["precision"], got["engine"]) == (
         "sft", 8192, 64, "fp16", "bundled")
     assert len(got["layouts"]) == 2
-    assert all(row["pp"] == 1 for row in got["layouts"])  # the bundled trainer has no pipeline parallelism
+    assert all(row["sharding"] in ("full", "none") for row in got["layouts"])  # the bundled trainer's FSDP2 / DDP
 
 
 def test_plan_aliases_share_one_cache_entry(client):

@@ -1,5 +1,6 @@
 """Every answer says in one line why its first layout is first when a fitting layout with a faster estimate is
-listed: the tie band and the preference that decided (plan and recommend, text and JSON, the API, the page)."""
+shown: the candidate source that put it there, or the tie band and the preference that decided (plan and recommend,
+text and JSON, the API, the page); always about rows the answer shows."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from service.estimate import constants as C
 from service.http.app import create_app
 from service.plan.planner import make_request, plan
 
-# Qwen3-30B-A3B on 16 x H100 with its recipe's batch: the first row (CP 1) ties with a faster CP 2 row.
-TIED = ["--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu-type", "h100"]
+# Qwen3-30B-A3B on 16 x H100: the library recipe sized for it is kept over faster estimates (its family's band).
+LIBRARY_FIRST = ["--model", "qwen3-30b-a3b", "--gpus", "8", "--nodes", "2", "--gpu-type", "h100"]
 FASTEST_FIRST = ["--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu-type", "h100"]
-# On 32 x H100 no index recipe is sized for the request, so recommend applies the planner's first row (on 16 the
-# library recipe's own layout is kept: tests/service/recommend/test_layout_source.py), which ties with a faster one.
-PLANNED_TIE = ["--model", "qwen3-30b-a3b", "--gpus", "32", "--gpu-type", "h100"]
+# Llama 3 70B on 64 x H100: no index recipe is sized for it, so the estimate's first row leads (a dense model: the
+# transferred layouts join the rows shown), and it ties with a faster one.
+PLANNED_TIE = ["--model", "llama3-70b", "--gpus", "64", "--gpu-type", "h100"]
 
 
 def _json(capsys, argv: list[str]) -> dict:
@@ -26,17 +27,36 @@ def _json(capsys, argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_plan_says_why_the_first_row_is_first_in_json_and_text(capsys):
-    answer = _json(capsys, ["plan", *TIED])
-    first, fastest = answer["layouts"][0], max(answer["layouts"], key=lambda row: row["tokens_per_s_per_gpu"])
+def _fastest_shown(answer: dict) -> tuple[int, dict]:
+    rows = [(i, row) for i, row in enumerate(answer["layouts"], 1) if row["fits"]]
+    return max(rows, key=lambda pair: pair[1]["tokens_per_s_per_gpu"])
+
+
+def test_plan_shows_the_kept_library_layout_first_and_names_a_shown_row(capsys):
+    answer = _json(capsys, ["plan", *LIBRARY_FIRST])
+    first = answer["layouts"][0]
+    assert (first["layout_source"], first["source_recipe"]) == ("library", "qwen3_30b_a3b_pretrain_16gpu_h100_bf16")
+    assert first["estimate_rank"] > 10  # the estimate alone would not show it
+    number, fastest = _fastest_shown(answer)
+    why = answer["why_first"]
+    assert why.startswith(f"the library layout (qwen3_30b_a3b_pretrain_16gpu_h100_bf16), first although row {number} ")
+    assert f"({fastest['tokens_per_s_per_gpu']:,.0f} vs {first['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)" in why
+    assert answer["layout_source"]["case"] == "library_kept"
+    assert main(["plan", *LIBRARY_FIRST]) == 0
+    assert f"row 1 is {why}" in capsys.readouterr().out.splitlines()
+
+
+def test_plan_says_why_the_estimates_first_row_is_first_in_json_and_text(capsys):
+    answer = _json(capsys, ["plan", *PLANNED_TIE])
+    first = answer["layouts"][0]
+    assert first["layout_source"] == "estimate" and first["estimate_rank"] == 1
+    number, fastest = _fastest_shown(answer)
     assert fastest["tokens_per_s_per_gpu"] > first["tokens_per_s_per_gpu"]
     why = answer["why_first"]
-    assert why.startswith("first although TP 1 PP 1 CP 2 EP 8")
+    assert why.startswith(f"first although row {number}, TP {fastest['tp']} PP {fastest['pp']}")
     assert f"within {C.ESTIMATE_TIE_TOLERANCE:.0%} of the fastest are a tie" in why
-    assert why.endswith("less context parallelism, which is for sequences over 8,192 tokens (CP 1 vs 2)")
-    assert main(["plan", *TIED]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert f"row 1 is {why}" in lines
+    assert main(["plan", *PLANNED_TIE]) == 0
+    assert f"row 1 is {why}" in capsys.readouterr().out.splitlines()
 
 
 def test_nothing_is_said_when_the_first_row_is_the_fastest(capsys):
@@ -65,21 +85,30 @@ def test_the_deciding_preference_is_named(args, decided):
 def test_recommend_says_it_in_its_json_and_summary(capsys, tmp_path):
     answer = _json(capsys, ["recommend", *PLANNED_TIE])
     assert answer["layout_source"]["case"] == "planned"
-    assert answer["why_first"] == _json(capsys, ["plan", *PLANNED_TIE])["why_first"]
-    assert answer["why_first"].startswith("first although TP 1 PP 1 CP 1 EP 8")
+    planned = _json(capsys, ["plan", *PLANNED_TIE])["why_first"]
+    assert answer["why_first"] == planned.replace(planned[len("first although "):planned.index(", TP") + 2], "")
+    assert answer["why_first"].startswith("first although TP ")
     assert main(["recommend", *PLANNED_TIE, "-o", str(tmp_path / "config.yaml")]) == 0
     out = capsys.readouterr()
     assert f"this layout is {answer['why_first']}" in (out.out + out.err).splitlines()
 
 
+def test_recommend_quotes_the_layout_it_chose_not_the_planners_best(capsys, tmp_path):
+    answer = _json(capsys, ["recommend", *LIBRARY_FIRST])
+    source, chosen = answer["layout_source"], answer["layout"]["tokens_per_s_per_gpu"]
+    assert source["case"] == "library_kept" and answer["why_first"] is None
+    assert f"estimated {chosen:,.0f} tokens/s/GPU" in source["summary"]
+    assert source["band_basis"].startswith("the Qwen3 MoE family's out-of-sample error")
+
+
 def test_the_api_and_the_page_say_it():
     client = TestClient(create_app())
-    body = {"model": "qwen3-30b-a3b", "gpus": 32, "gpu_type": "h100"}
+    body = {"model": "llama3-70b", "gpus": 64, "gpu_type": "h100"}
     planned = client.post("/v1/plan", json=body)
     recommended = client.post("/v1/recommend", json=body)
     assert planned.status_code == recommended.status_code == 200
     why = planned.json()["why_first"]
-    assert why.startswith("first although") and recommended.json()["why_first"] == why
+    assert why.startswith("first although row") and recommended.json()["why_first"].startswith("first although TP")
     page = client.get("/recommend", params={**body, "goal": "pretrain"})
     assert page.status_code == 200
-    assert 'id="why-first">This layout is first although TP 1 PP 1 CP 1 EP 8' in page.text
+    assert 'id="why-first">This layout is first although TP' in page.text
