@@ -8,9 +8,13 @@ PORT   ?= 8000
 # the package itself keeps torch>=2.6 open for users.
 SERVE_STAMP := $(VENV)/.serve-installed
 DEV_STAMP   := $(VENV)/.dev-installed
-PYTEST_ARGS ?= -n 2
+# Two workers; each takes the next test or xdist group as it frees up (loadgroup), slow tests first
+# (tests/conftest.py). Budget on the 2-core box: `make test` <= 10 min, `make test-fast` <= 3 min (docs/testing.md).
+PYTEST_ARGS ?= -n 2 --dist loadgroup
+# Line coverage of the three packages may not drop below this (benchmarks/README.md, "Test suite").
+COVERAGE_FLOOR ?= 0
 
-.PHONY: serve test lint browser-deps bench clean
+.PHONY: serve test test-fast coverage lint browser-deps bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +42,21 @@ browser-deps:
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 
+# Everything: what CI runs (.ci/run).
 test: $(DEV_STAMP) browser-deps lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: no multi-process or index-wide tests (marked slow, or found starting the trainer).
+test-fast: $(DEV_STAMP) lint
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
+
+# Everything, with line coverage of service/, trainer/ and recipe_index/ (trainer processes included) and its floor.
+coverage: $(DEV_STAMP) browser-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS) --cov --cov-report=term:skip-covered \
+	  --cov-fail-under=$(COVERAGE_FLOOR)
 
 bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/validate_speed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .coverage .coverage.*

@@ -39,10 +39,10 @@ MODELS = ["meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
           "google/gemma-3-270m", "some-org/not-cached-model"]
 
 
-def stand_in_set(folder: Path) -> None:
-    """220 recipes in AutoModel's shape: the test recipes with their model, batch and layout varied."""
+def stand_in_set(folder: Path, files: int = STAND_IN_FILES) -> None:
+    """Recipes in AutoModel's shape: the test recipes with their model, batch and layout varied."""
     bases = sorted(TEST_RECIPES.glob("*.yaml"))
-    for i in range(STAND_IN_FILES):
+    for i in range(files):
         base = bases[i % len(bases)]
         text = base.read_text()
         header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
@@ -133,12 +133,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare", action="store_true", help="also count findings read as recipe-advisor configs")
     parser.add_argument("--mutants", action="store_true", help="also break each file three ways and count the catches")
+    parser.add_argument("--smoke", action="store_true", help="one repeat over a 20-file stand-in set, with "
+                        "--compare and --mutants (the suite runs it)")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats, args.compare, args.mutants = 1, True, True
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.dir
         if folder is None:
             folder = Path(scratch)
-            stand_in_set(folder)
+            stand_in_set(folder, 20 if args.smoke else STAND_IN_FILES)
         files = len(list(folder.rglob("*.yaml")))
         py = sys.executable
         validate, parse = [], []

@@ -110,7 +110,11 @@ def compile_pair() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compile-pair", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="every grid's first, middle and last value only (the suite "
+                    "runs it)")
     args = ap.parse_args()
+    if args.smoke:
+        GRID.update({precision: grid[::len(grid) // 2] for precision, grid in GRID.items()})
     if args.compile_pair:
         compile_pair()
         return

@@ -134,7 +134,15 @@ def main() -> None:
     parser.add_argument("--cp-seq", type=int, default=16384)
     parser.add_argument("--pp-steps", type=int, default=8)
     parser.add_argument("--skip", choices=["cp", "pp"], action="append", default=[])
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): CP at seq 256, PP for 2 steps, "
+                             "hidden 64")
     args = parser.parse_args()
+    if args.smoke:  # every launch of both parts, on models of hidden 64
+        args.cp_seq, args.pp_steps = 256, 2
+        for shape in (CP_SHAPE, PP_SHAPE):
+            shape.update(hidden_size=64, intermediate_size=192, num_attention_heads=4, num_key_value_heads=2)
+        PP_SHAPE.update(num_hidden_layers=2)
     if "cp" not in args.skip:
         rows = context_parallel_memory(args.cp_seq)
         mib = {cp: {k: v / 2**20 for k, v in row.items()} for cp, row in rows.items()}

@@ -218,7 +218,11 @@ def main() -> None:
     parser.add_argument("--config", action="append", choices=list(CONFIGS), help="only these (repeatable)")
     parser.add_argument("--seq", type=int, default=SEQ, help=f"sequence length (default {SEQ})")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): one 1-process config at seq 64")
     args = parser.parse_args()
+    if args.smoke:
+        args.config, args.seq = args.config or ["FSDP2 x1, recompute none"], 64
     if args.worker:
         worker(args.worker)
         return

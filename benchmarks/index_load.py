@@ -54,7 +54,11 @@ def _run(code: str) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): one repeat")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat = 1
     index = [_run(INDEX) for _ in range(args.repeat)]
     naive = [_run(NAIVE) for _ in range(args.repeat)]
     t_import = statistics.median(_run(IMPORT)[0] for _ in range(args.repeat))

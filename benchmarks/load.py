@@ -223,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", default="healthz,recommend,validate",
                    help="comma-separated: healthz, recommend, recommend-miss, plan, validate")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--smoke", action="store_true",
+                   help="the same code path in seconds (the suite runs it): 2 clients, 0.5 s per scenario")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.clients, args.duration = 2, 0.5
     if not 1 <= args.clients <= MAX_CLIENTS or not 0 < args.duration <= MAX_DURATION_S:
         p.error(f"--clients must be 1-{MAX_CLIENTS} and --duration 0-{MAX_DURATION_S} s")
     available = scenarios()

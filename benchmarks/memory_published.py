@@ -12,6 +12,7 @@ split the page does not state.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,10 @@ def estimate(row: Published) -> float:
                            engine="bundled", fused_loss=False).total
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the same run, which takes a second (the suite runs it)")
+    parser.parse_args(argv)
     print(f"Source: {SOURCE} (peak memory per GPU, GiB). Target: within {TARGET:.0%}.\n")
     print("| table | model | GPUs | layout | batch x seq | recompute | estimate GiB | published GiB | error |")
     print("|---|---|---|---|---|---|---|---|---|")

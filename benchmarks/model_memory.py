@@ -99,7 +99,13 @@ def measure(chunked: bool, ac: str, repeat: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): 1 layer, vocab 512, seq 64")
     args = parser.parse_args()
+    if args.smoke:
+        global SEQ
+        args.repeat, SEQ = 1, 64
+        SHAPE.update(num_hidden_layers=1, vocab_size=512)
     results = {name: measure(v["chunked"], v["ac"], args.repeat) for name, v in VARIANTS.items()}
     print(f"{SHAPE}, batch {BATCH} x seq {SEQ}, fp32, CPU, {torch.get_num_threads()} threads")
     print("| variant | step time (s) | time ratio | peak allocated in step (MiB) | memory ratio |")

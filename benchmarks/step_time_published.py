@@ -173,6 +173,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--verbose", action="store_true", help="one line per record")
     ap.add_argument("--split-release", metavar="R", help="fit the MoE factor on releases up to R, score the later ones")
+    ap.add_argument("--smoke", action="store_true", help="the same run, which takes seconds (the suite runs it)")
     args = ap.parse_args()
     rows = score(json.loads(args.data.read_text()))
     if args.verbose:

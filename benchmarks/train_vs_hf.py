@@ -65,7 +65,7 @@ def peak_rss_bytes() -> int:
 def write_model_dir(folder: Path, layers: int, hidden: int, vocab: int, moe: bool = False) -> Path:
     from trainer.models.config import DecoderConfig
 
-    shape = dict(SHAPE, num_hidden_layers=layers, hidden_size=hidden, vocab_size=vocab,
+    shape = dict(SHAPE, model_type="llama", num_hidden_layers=layers, hidden_size=hidden, vocab_size=vocab,
                  intermediate_size=3 * hidden)
     if moe:  # experts of FFN `hidden` (tiny-moe: hidden 64, 8 experts of 32, top-2)
         shape.update(MOE, moe_intermediate_size=hidden)
@@ -441,7 +441,12 @@ def main() -> None:
     parser.add_argument("--micro", action="store_true", help="AdamW variants and loss chunk sizes only")
     parser.add_argument("--profile", action="store_true",
                         help="also profile the last warm-up step of each run (GEMM share etc.; needs --warmup 2+)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one round of one step of a 1-layer model: the code path in seconds (the suite runs it)")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps, args.warmup, args.layers, args.hidden, args.vocab = 1, 1, 0, 1, 64, 512
+        args.batch, args.seq, args.threads = 2, 32, 1
     if args.micro:
         micro(args)
         return

@@ -52,7 +52,11 @@ def best_of(pairs: int, a: list[str], b: list[str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): one repeat")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats = 1
     py = sys.executable
     files = len(list(INDEX.rglob("*.yaml")))
     validate, parse = best_of(args.repeats, [py, "-m", "service.cli.app", "validate", str(INDEX)],

@@ -44,7 +44,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[4000, 16000, 40000])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path in seconds (the suite runs it): 400 and 800 keys, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.keys, args.repeat = [400, 800], 1
     print(f"{'shape':<11} {'keys':>6} {'KB':>5} {'yaml.load':>10} {'load_yaml':>10} {'ratio':>6} "
           f"{'validate':>9} {'ratio':>6} {'findings':>8}")
     for shape, make in (("dataset.*", section_keys), ("top-level", top_level_keys)):

@@ -3,6 +3,8 @@ offline Hugging Face cache."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import socket
 import threading
 import time
@@ -74,3 +76,48 @@ def offline_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     return cache
+
+
+# ---- tiers and order (docs/testing.md) ----------------------------------------------------------------------------
+# A test that starts the trainer in processes of its own is a `slow` (multi-process) test, found from its source and
+# its fixtures' source, so a new one joins the tier without anyone remembering to mark it.
+_LAUNCHES = ("run_trainer(", "run_launcher(", "torch.distributed.run", "launch(2,", "launch(4,", 'cli("train"',
+             'main(["train"')
+
+
+@functools.lru_cache(maxsize=None)
+def _launches_processes(func) -> bool:
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    return any(launch in source for launch in _LAUNCHES)
+
+
+def _fixture_defs(item) -> list:
+    return [d for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values() for d in defs]
+
+
+def _starts_processes(item) -> bool:
+    funcs = [getattr(item, "function", None)] + [d.func for d in _fixture_defs(item)]
+    return any(f is not None and _launches_processes(f) for f in funcs)
+
+
+def _shared_run(item):
+    """The first module-scoped fixture of the test that starts processes: its tests share one xdist group, so that
+    one worker trains it once (two workers would train it twice)."""
+    return next((d for d in _fixture_defs(item) if d.scope == "module" and _launches_processes(d.func)), None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark multi-process tests slow (before `-m` deselects) and group the tests of a shared multi-process run,
+    then run the slow tests first: under `-n 2 --dist loadgroup` each worker takes the next test (or group) as it
+    frees up, so the long ones start at once rather than being the tail that one core runs alone at the end."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and _starts_processes(item):
+            item.add_marker(pytest.mark.slow)
+        shared = _shared_run(item)
+        if shared is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{shared.argname}"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: collection order otherwise

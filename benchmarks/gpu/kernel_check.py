@@ -104,7 +104,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write kernel_check.json here")
+    parser.add_argument("--smoke", action="store_true", help="the checks on CPU (the suite runs it)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.device = "cpu"
     return run(args.device, args.out_dir)
 
 

@@ -1,17 +1,19 @@
 """The figures of a GPU benchmark call, one line each, from the JSON files it left (run.sh's last step).
 
     python benchmarks/gpu/summary.py OUT_DIR
+    python benchmarks/gpu/summary.py --smoke     # the committed H200 results (the suite runs it)
 
 Standard library only, so that it reports even when the trainer's packages failed to install.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 REPORTS = ("dense-bf16", "moe-bf16", "dense-fp8")
+COMMITTED = Path(__file__).resolve().parent / "results" / "h200"
 
 
 def _read(path: Path):
@@ -95,6 +97,16 @@ def _pair_lines(out_dir: Path) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":
-    for line in summary_lines(Path(sys.argv[1])):
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, nargs="?", help="the folder of the call's JSON files")
+    parser.add_argument("--smoke", action="store_true", help=f"summarise {COMMITTED.relative_to(COMMITTED.parents[2])}")
+    args = parser.parse_args(argv)
+    if args.out_dir is None and not args.smoke:
+        parser.error("name OUT_DIR (or --smoke)")
+    for line in summary_lines(args.out_dir or COMMITTED):
         print(line)
+
+
+if __name__ == "__main__":
+    main()

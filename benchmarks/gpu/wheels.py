@@ -237,7 +237,9 @@ def fetch(dest: Path, python_version: str, dry_run: bool) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="action", required=True)
+    parser.add_argument("--smoke", action="store_true", help="the `plan` action, which reads only this machine "
+                        "(the suite runs it)")
+    sub = parser.add_subparsers(dest="action")
     fetch_parser = sub.add_parser("fetch", help="download the carried wheels (needs PyPI)")
     fetch_parser.add_argument("--dest", type=Path, default=Path(os.environ.get("WHEELS", DEFAULT_DEST)))
     fetch_parser.add_argument("--python-version", default=PYTHON_VERSION,
@@ -247,6 +249,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     select_parser.add_argument("dir", type=Path)
     sub.add_parser("plan", help="print what is carried and why")
     args = parser.parse_args(argv)
+    if args.action is None and not args.smoke:
+        parser.error("choose an action: fetch, select or plan")
     if args.action == "fetch":
         return fetch(args.dest, args.python_version, args.dry_run)
     if args.action == "select":

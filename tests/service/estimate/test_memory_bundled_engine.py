@@ -8,18 +8,13 @@ one process and two, FSDP2 and DDP) within 10% per term, and for an MoE within 3
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from recipe_index.models import card_from_config
 from service.estimate import constants as C
 from service.estimate.memory import MemoryModel, estimate_memory, fsdp2_working_set_bytes, model_shape
 from service.facts import Layout
-from tests.paths import REPO
+from tests.benchmarks.scripts import load_script
 
 H, V, FFN, LAYERS, HEADS, KV, D = 256, 8192, 768, 2, 8, 4, 32
 CONFIG = {"model_type": "llama", "vocab_size": V, "hidden_size": H, "intermediate_size": FFN,
@@ -144,28 +139,24 @@ def test_qk_norm_keeps_the_query_and_key_inputs(shape) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["MoE FSDP2 x1", "MoE FSDP2 x2, EP 1", "MoE FSDP2 x2, EP 2",
                                     "MoE FSDP2 x2, EP 2, recompute full"])
-def test_moe_estimate_within_three_percent_of_measured(config: str, tmp_path) -> None:
-    (row,) = _measured_rows(config, tmp_path)
+def test_moe_estimate_within_three_percent_of_measured(config: str) -> None:
+    (row,) = _measured_rows(config)
     for term in ("weights", "grads", "optimizer", "activations", "fsdp_unsharded"):
         est, got = row["estimate"][term], row["measured"][term]
         assert got > 0 and est == pytest.approx(got, rel=0.03), (term, est, got)
 
 
-def _measured_rows(config: str, tmp_path) -> list[dict]:
-    out = tmp_path / "rows.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "estimate_vs_measured.py"), "--config", config,
-                             "--seq", "256", "--json", str(out)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(out.read_text())
+def _measured_rows(config: str) -> list[dict]:
+    """benchmarks/estimate_vs_measured.py for one config at seq 256, called in this process (only the measured
+    run starts processes of its own)."""
+    return load_script("estimate_vs_measured").compare([config], seq=256)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["FSDP2 x1, recompute none", "FSDP2 x2, recompute full", "FSDP2 x1, LoRA r8",
                                     "DDP x2, recompute none", "FSDP2 x2, CP 2", "FSDP2 x2, PP 2 (1F1B)"])
-def test_estimate_within_ten_percent_of_measured(config: str, tmp_path) -> None:
-    (row,) = _measured_rows(config, tmp_path)
+def test_estimate_within_ten_percent_of_measured(config: str) -> None:
+    (row,) = _measured_rows(config)
     for term in ("weights", "grads", "optimizer", "activations", "fsdp_unsharded"):
         est, got = row["estimate"][term], row["measured"][term]
         if term == "fsdp_unsharded" and config.startswith("DDP"):

@@ -2,19 +2,15 @@
 the figures of benchmarks/README.md ("Planner vs expert-tuned layouts"), so a model change that makes
 the ranking worse fails here rather than in the next benchmark run."""
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.paths import REPO
+from tests.benchmarks.scripts import load_script
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("expert_layouts", REPO / "benchmarks" / "expert_layouts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("expert_layouts")
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +21,10 @@ def results():
     return bench.summary(evaluated), evaluated
 
 
+# Index-wide (slow): hundreds of plans each. The two tests of the reference set share one evaluation (one xdist
+# group, so one worker builds it).
+@pytest.mark.slow
+@pytest.mark.xdist_group("expert_layouts_reference")
 def test_top1_and_top5_agreement_stay_above_the_floor(results):
     summary, _ = results
     assert summary["planned"] >= 250  # the benchmark still covers the index's models
@@ -35,6 +35,7 @@ def test_top1_and_top5_agreement_stay_above_the_floor(results):
     assert summary["top5_pct"] >= 83.0, summary
 
 
+@pytest.mark.slow
 def test_held_out_expert_layouts_stay_above_the_floor():
     """Layouts of other public sources (NVIDIA dgxc-benchmarking, the Bridge/NeMo performance summaries:
     H100 and B200 among them, which the reference lacks) that no constant was tuned on: a change that
@@ -46,6 +47,8 @@ def test_held_out_expert_layouts_stay_above_the_floor():
     assert summary["top5_pct"] >= 75.0, summary  # 75.7 %
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("expert_layouts_reference")
 def test_the_rows_plan_shows_hold_the_expert_layout_more_often_than_the_estimate_alone(results):
     """Leave-one-recipe-out (a recipe never transfers to itself): the rows `plan` shows (distinct shapes, the candidate
     sources' choice first, then the nearest transferred layouts) against the estimate's ranking. Floors under the
@@ -63,6 +66,8 @@ def test_the_rows_plan_shows_hold_the_expert_layout_more_often_than_the_estimate
         assert hits(rows, "shown", 5) > hits(rows, "rows", 5)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("expert_layouts_reference")
 def test_every_planned_expert_layout_is_ranked(results):
     _, evaluated = results
     planned = [r for r in evaluated if r["status"] == "planned"]

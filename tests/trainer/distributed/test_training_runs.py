@@ -26,20 +26,10 @@ from tests.trainer.resume_cases import config_dict, write_run_config
 TOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """One process, no launcher: `python -m trainer CONFIG`."""
-    folder = tmp_path_factory.mktemp("single")
-    result = run_trainer(write_config(folder), nproc=0)
-    assert_clean_exit(result)
-    return folder / "ckpt"
-
-
-@pytest.fixture(scope="module")
-def fsdp2_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("fsdp2")
-    assert_clean_exit(run_trainer(write_config(folder)))
-    return folder / "ckpt"
+@pytest.fixture
+def fsdp2_run(straight_run):
+    """8 steps on 2 FSDP2 processes (the session's straight run, tests/trainer/conftest.py)."""
+    return straight_run
 
 
 def _assert_same_curve(run_dir, reference_dir, tol=TOL):
