@@ -33,7 +33,8 @@ from trainer.components.checkpoint_trust import (
 )
 from trainer.contract.checkpoint_layout import UntrustedCheckpoint
 
-pytestmark = pytest.mark.slow  # each layout's checkpoint is a 2-process run (once per session)
+# Each layout's checkpoint is a 2-process run, built once per session: on one xdist worker, so it is built once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("checkpoint_of")]
 
 
 class _TrustedEmptyPlanner(TrustedLoadPlanner, _EmptyStateDictLoadPlanner):

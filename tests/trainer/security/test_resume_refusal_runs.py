@@ -12,7 +12,7 @@ from tests.trainer.harness import run_launcher, run_trainer
 from tests.trainer.security.layouts import layout_config
 from tests.trainer.security.tampering import Place, byte_entries, plant
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("checkpoint_of")]  # the layouts' checkpoints, built once
 
 
 def _run_folder(checkpoint_of, tmp_path: Path) -> tuple[Path, Path]:
