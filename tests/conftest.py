@@ -27,6 +27,25 @@ def _runs_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("runs-stores")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_runs_store(_runs_dir):
+    """Module- and session-scoped fixtures (the e2e `recommend` and `train` runs) start before the per-test store
+    below: they get a store of the session's own, never the user's data folder, whose runs would calibrate their
+    estimates and change what they plan."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RECIPE_ADVISOR_DB", str(_runs_dir / "session-runs.sqlite"))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_runs_store(_runs_dir):
+    """Each module's own store for its module-scoped fixtures: one module's recorded training runs do not
+    calibrate the next module's plans."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RECIPE_ADVISOR_DB", str(_runs_dir / f"module-runs-{next(_store_numbers)}.sqlite"))
+        yield
+
+
 _store_numbers = iter(range(1 << 30))
 
 

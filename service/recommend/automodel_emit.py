@@ -176,7 +176,7 @@ def as_automodel(rec, config_path: str, base: dict | None = None):
     base recipe's config, which the change list compares the AutoModel YAML with."""
     from dataclasses import replace
 
-    from service.recommend.layout_source import REPLANNED, LayoutSource
+    from service.plan.sources import REPLANNED, LayoutSource
     from service.validate.automodel.dialect import AUTOMODEL
     from service.validate.document import validate_text
 
