@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer.models import build_causal_lm  # noqa: E402
-from trainer.models.moe import moe_layers  # noqa: E402
-from trainer.models.moe_balance import update_expert_bias  # noqa: E402
+from trainer.models.moe import moe_layers, update_expert_bias  # noqa: E402
 
 MODEL = "tiny-deepseek-v3"
 BATCH, SEQ_LEN, TOPICS, ZIPF_EXPONENT = 16, 64, 4, 1.1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from service.cli.plan import REQUEST_ERRORS, add_request_arguments, report_error, request_from_args
+from service.cli.tune_store import open_store
 from service.configs.yamlio import OverrideError
 
 EXIT_OK, EXIT_NONE_MEASURED, EXIT_UNUSABLE = 0, 1, 2
@@ -70,14 +71,6 @@ def _workdir(args: argparse.Namespace, request) -> Path:
     if args.workdir:
         return Path(args.workdir)
     return Path(f"tune-{request.model.id}-{request.world_size}x{request.hardware.name}")
-
-
-def open_store(args: argparse.Namespace):
-    if args.no_store:
-        return None
-    from service.runs.store import RunsStore
-
-    return RunsStore(args.db)
 
 
 def _check_args(args: argparse.Namespace) -> Optional[str]:

@@ -51,7 +51,7 @@ def _emit(args: argparse.Namespace, prepared, candidates) -> int:
 
 
 def _collect(args: argparse.Namespace, prepared, candidates) -> int:
-    from service.cli.tune import open_store
+    from service.cli.tune_store import open_store
     from service.runs.ingest import prepared as prepared_record
     from service.runs.store import StoreError
     from service.tune.report import format_text, measured_config_text, tune_json

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 from service.facts import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from service.validate.document import FileReport
+    from service.validate.report import FileReport
 
 INLINE = re.compile(r"#\s*recipe-advisor:\s*ignore\[([^\]]*)\](.*)$")
 BASELINE_VERSION = 1

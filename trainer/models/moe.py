@@ -35,7 +35,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.fused.ops import silu_mul
-from trainer.models.moe_balance import PooledSwitchLoss, SwitchPools, load_summary, sequence_aux_share
+from trainer.models.moe_balance import (
+    PooledSwitchLoss,
+    SwitchPools,
+    add_to_parameter,
+    load_summary,
+    sequence_aux_share,
+)
 from trainer.models.moe_config import MoEConfig
 
 
@@ -302,6 +308,18 @@ class MoE(nn.Module):
 
 def moe_layers(model: nn.Module) -> list[MoE]:
     return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+@torch.no_grad()
+def update_expert_bias(model: nn.Module) -> None:
+    """The aux-loss-free step of each MoE layer with a bias update rate: bias += rate * sign(mean - load)
+    over the tokens the layer routed since the last update (the optimizer step's global batch)."""
+    for layer in moe_layers(model):
+        counts, layer.step_counts = layer.step_counts, None
+        if counts is None or not layer.bias_update_rate:
+            continue
+        delta = torch.sign(counts.mean() - counts) * layer.bias_update_rate
+        add_to_parameter(layer.gate.e_score_correction_bias, delta)
 
 
 def named_moe_layers(model: nn.Module) -> list[tuple[int, MoE]]:

@@ -15,7 +15,8 @@
 - the aux-loss-free bias update (DeepSeek-V3 report, section 2.1.2; Megatron's ``moe_router_enable_expert_bias``
   / ``moe_router_bias_update_rate``; torchtitan's ``load_balance_coeff``): after each optimizer step every
   expert's selection bias moves by ``rate * sign(mean load - its load)``, the load counted over the step's
-  whole global batch (all micro-batches, all data-parallel ranks), so every rank applies the same update.
+  whole global batch (all micro-batches, all data-parallel ranks), so every rank applies the same update
+  (`trainer.models.moe.update_expert_bias`, which walks the MoE layers).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import nn
 
 from trainer.contract.model_settings import LOAD_BALANCING_TYPES  # noqa: F401  (the names this module runs)
 
@@ -90,20 +90,6 @@ def sequence_aux_share(probs: torch.Tensor, experts: torch.Tensor, batch: int, g
     counts.scatter_add_(1, experts.reshape(batch, -1), torch.ones_like(experts.reshape(batch, -1), dtype=probs.dtype))
     fraction = counts * (num_experts / (top_k * seq_len))
     return (fraction * per_sequence.mean(dim=1)).sum() / global_sequences
-
-
-@torch.no_grad()
-def update_expert_bias(model: nn.Module) -> None:
-    """The aux-loss-free step of each MoE layer with a bias update rate: bias += rate * sign(mean - load)
-    over the tokens the layer routed since the last update (the optimizer step's global batch)."""
-    from trainer.models.moe import moe_layers
-
-    for layer in moe_layers(model):
-        counts, layer.step_counts = layer.step_counts, None
-        if counts is None or not layer.bias_update_rate:
-            continue
-        delta = torch.sign(counts.mean() - counts) * layer.bias_update_rate
-        add_to_parameter(layer.gate.e_score_correction_bias, delta)
 
 
 def add_to_parameter(param: torch.Tensor, full_delta: torch.Tensor) -> None:

@@ -44,8 +44,7 @@ from trainer.distributed.dist import DistInfo, fault_point
 from trainer.distributed.mesh import data_mesh
 from trainer.distributed.parallelize import reshard_after_no_grad_forward
 from trainer.fused.runtime import check_fp8, cpu_precision_warning, fast_optimizer_kwargs
-from trainer.models.moe import collect_router_stats
-from trainer.models.moe_balance import update_expert_bias
+from trainer.models.moe import collect_router_stats, update_expert_bias
 from trainer.recipes import model_io
 from trainer.recipes.base_recipe import BaseRecipe, RNGState, log
 

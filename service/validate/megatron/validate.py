@@ -4,7 +4,7 @@ lines."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from recipe_index.errors import UnknownModelError
 from service.configs.megatron_args import parse_megatron_args
@@ -82,8 +82,7 @@ def dialect_names(reading: Reading) -> list[tuple[str, str]]:
 
 def _judge(reading: Reading, path: str, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
            nodes: Optional[int] = None, bridge_version: Optional[str] = None, **_) -> list[Finding]:
-    from service.validate.automodel.dialect import NATIVE
-    from service.validate.document import validate_document
+    from service.validate.native import finished, native_findings
 
     def resolve(name: str):
         if reading.card is None:
@@ -92,7 +91,9 @@ def _judge(reading: Reading, path: str, gpus: Optional[int] = None, gpu_type: Op
         return reading.card
 
     doc = Document(data=reading.data, positions=reading.positions, path=path)
-    findings = validate_document(doc, gpus, gpu_type, nodes, resolve, NATIVE, bridge_version=bridge_version)
+    deferred_fixes: dict[int, Callable[[], str]] = {}
+    findings = native_findings(doc, gpus, gpu_type, nodes, resolve, bridge_version, deferred_fixes)
+    findings = finished(findings, deferred_fixes)
     spelled = dialect_names(reading)
     for finding in findings:
         for ours, theirs in spelled:  # the message and fix in the dialect's own names

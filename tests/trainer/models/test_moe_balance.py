@@ -14,8 +14,7 @@ from tests.trainer.models.hub_parity import random_hf_model
 from tests.trainer.models.test_deepseek_parity import TINY as DEEPSEEK
 from tests.trainer.models.test_moe_parity import MOE_CONFIGS
 from trainer.models import CausalLM, DecoderConfig, load_weights_into
-from trainer.models.moe import MoE, collect_router_stats, moe_layers
-from trainer.models.moe_balance import update_expert_bias
+from trainer.models.moe import MoE, collect_router_stats, moe_layers, update_expert_bias
 
 IDS = torch.randint(0, 256, (3, 10), generator=torch.Generator().manual_seed(5))
 

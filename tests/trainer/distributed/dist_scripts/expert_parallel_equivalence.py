@@ -24,8 +24,7 @@ from trainer.distributed.mesh import data_mesh
 from trainer.distributed.parallelize import build_mesh, full_state_dict, parallelize_model
 from trainer.loss import causal_lm_loss
 from trainer.models import build_causal_lm
-from trainer.models.moe import collect_router_stats
-from trainer.models.moe_balance import update_expert_bias
+from trainer.models.moe import collect_router_stats, update_expert_bias
 
 TINY = {"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
