@@ -80,6 +80,9 @@ def why_first_shown(result: Plan, rows: list[ShownRow], numbered: bool = True) -
     if not rows or not rows[0].row.fits:
         return None
     first = rows[0]
+    runs = result.runs
+    if getattr(runs, "reranked", False) and result.layouts and first.row is result.layouts[0]:
+        return result.why_first  # the runs store put it first (service.runs.advice.with_runs says why)
     fitting = [(i, r.row) for i, r in enumerate(rows, 1) if r.row.fits]
     number, fastest = max(fitting, key=lambda pair: speed(pair[1]))
     if speed(fastest) <= speed(first.row):

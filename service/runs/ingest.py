@@ -24,9 +24,10 @@ from service.runs.estimate import with_estimate
 from service.runs.schema import MAX_CONFIG_CHARS, RunRecord
 
 CLUSTER_ENV, TEAM_ENV = "RECIPE_ADVISOR_CLUSTER", "RECIPE_ADVISOR_TEAM"
-# Environment variables that change a run's speed: kept with it so it can be run again at that speed.
+# Environment variables that change a run's speed: kept with it so it can be run again at that speed. Inductor's
+# cache folder is a local path (torch sets it itself once it compiles), not a setting: it is left out.
 SPEED_ENV = re.compile(r"^(NCCL_|NVTE_|TORCH_NCCL_|UCX_|FI_|CUDA_DEVICE_MAX_CONNECTIONS$|OMP_NUM_THREADS$|"
-                       r"PYTORCH_CUDA_ALLOC_CONF$|CUDA_LAUNCH_BLOCKING$|TORCHINDUCTOR_)")
+                       r"PYTORCH_CUDA_ALLOC_CONF$|CUDA_LAUNCH_BLOCKING$|TORCHINDUCTOR_(?!CACHE_DIR$))")
 SOFTWARE = ("torch", "recipe-advisor", "megatron-core", "megatron-bridge", "nemo-automodel", "transformer-engine")
 
 

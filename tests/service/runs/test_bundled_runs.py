@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from service.runs.errors import RunInputError
-from service.runs.ingest import from_run_dir
+from service.runs.ingest import from_run_dir, speed_env
 from service.runs.training import outcome_of, training_record
 
 CONFIG = {"model": {"pretrained_model_name_or_path": "tiny-llama"}, "precision": "fp32",
@@ -122,3 +122,9 @@ def test_train_records_what_a_stopped_run_reached(tmp_path, monkeypatch):
 def test_a_run_that_crashed_before_its_first_step_is_recorded_as_crashed(tmp_path):
     record = training_record(CONFIG, tmp_path / "never", 1, gpus_per_node=2, nodes=1, command=["train"])
     assert record.outcome == "crashed" and record.measurement.step_time_s is None
+
+
+def test_speed_env_keeps_settings_and_leaves_out_local_cache_paths():
+    environ = {"NCCL_ALGO": "Ring", "TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+               "HOME": "/root", "OMP_NUM_THREADS": "4"}
+    assert speed_env(environ) == {"NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "4", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
