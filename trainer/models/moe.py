@@ -50,6 +50,26 @@ def local_tensor(param: torch.Tensor) -> torch.Tensor:
     return param.to_local() if hasattr(param, "to_local") else param
 
 
+class RouterLinear(torch.autograd.Function):
+    """fp32 router logits ``x @ weight.T`` that keep ``x`` and ``weight`` for backward in their own dtype (as
+    Megatron's RouterGatingLinearFunction): ``F.linear(x.float(), ...)`` would keep an fp32 copy of every
+    token's hidden state per MoE layer, twice the bf16 input it was cast from."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return F.linear(x.float(), weight.float())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grad.float()
+        with torch.autocast(device_type=grad.device.type, enabled=False):
+            grad_x = (grad @ weight.float()).to(x.dtype) if ctx.needs_input_grad[0] else None
+            grad_weight = (grad.t() @ x.float()).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_weight
+
+
 class Router(nn.Module):
     """softmax(x W^T) in fp32, then top-k; the top-k weights renormalised when `norm_topk_prob`.
 
@@ -76,7 +96,7 @@ class Router(nn.Module):
         # fp32 scores whatever the model dtype or autocast (Megatron's moe_router_dtype fp32; transformers'
         # DeepSeek-V3 router): the top-k choice and the balancing statistics see no bf16 rounding.
         with torch.autocast(device_type=x.device.type, enabled=False):
-            logits = F.linear(x.float(), self.weight.float())
+            logits = RouterLinear.apply(x, self.weight)
         if self.sigmoid:
             return self._sigmoid_route(logits)
         probs = F.softmax(logits, dim=-1)

@@ -7,11 +7,28 @@ import pytest
 import torch
 
 from trainer.models import moe as moe_module
-from trainer.models.moe import MoE, Router, collect_router_stats, grouped_matmul
+from trainer.models.moe import MoE, Router, RouterLinear, collect_router_stats, grouped_matmul
 from trainer.models.moe_config import MoEConfig
 from trainer.models.moe_names import hub_expert_names, hub_name, to_hub_layout
 
 CONFIG = MoEConfig(num_experts=4, top_k=2, expert_intermediate_size=8, router_aux_loss_coef=0.5)
+
+
+def test_router_logits_are_fp32_and_keep_only_the_bf16_input_for_backward() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 16, generator=gen).bfloat16().requires_grad_()
+    weight = torch.randn(4, 16, generator=gen).bfloat16().requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        logits = RouterLinear.apply(x, weight)
+    assert logits.dtype == torch.float32 and [t.dtype for t in saved] == [torch.bfloat16, torch.bfloat16]
+    grad = torch.randn(6, 4, generator=gen)
+    logits.backward(grad)
+    reference_x, reference_w = x.detach().float().requires_grad_(), weight.detach().float().requires_grad_()
+    torch.nn.functional.linear(reference_x, reference_w).backward(grad)
+    assert torch.equal(logits, torch.nn.functional.linear(x.float(), weight.float()))
+    assert x.grad.dtype == torch.bfloat16 and weight.grad.dtype == torch.bfloat16
+    assert torch.equal(x.grad, reference_x.grad.bfloat16()) and torch.equal(weight.grad, reference_w.grad.bfloat16())
 
 
 def test_grouped_mm_equals_the_per_expert_fallback(monkeypatch) -> None:
