@@ -44,28 +44,37 @@ def _finite_non_negative(value: Optional[float], name: str) -> Optional[float]:
 class Provenance(_Strict):
     """Where the run came from: the engine and its software, the container or release, the hosts, who ran it."""
 
-    engine: Engine = "bundled"
-    software: dict[str, str] = Field(default_factory=dict, description="package -> version (torch, megatron-core...)")
+    engine: Engine = Field("bundled", description="The engine that ran it: bundled, megatron or automodel.",
+                           examples=["megatron"])
+    software: dict[str, str] = Field(default_factory=dict, description="package -> version (torch, megatron-core...)",
+                                     examples=[{"torch": "2.8.0", "megatron-core": "0.14.0"}])
     release: Optional[str] = Field(None, max_length=MAX_TEXT,
                                    description="container or release tag (nemo:25.09, Bridge 26.02); calibration "
-                                               "groups by it")
-    hosts: int = Field(1, ge=1)
-    cluster: Optional[str] = Field(None, max_length=MAX_TEXT, description="a cluster label the user sets")
-    team: Optional[str] = Field(None, max_length=MAX_TEXT)
-    source: Source = Field("yours", description="yours: measured on your stack; published: NVIDIA's tables")
+                                               "groups by it", examples=["nemo:25.09"])
+    hosts: int = Field(1, ge=1, description="Hosts (nodes) the run used.", examples=[2])
+    cluster: Optional[str] = Field(None, max_length=MAX_TEXT, description="a cluster label the user sets",
+                                   examples=["eos"])
+    team: Optional[str] = Field(None, max_length=MAX_TEXT, description="A team label the user sets; null when unset.",
+                                examples=["pretraining"])
+    source: Source = Field("yours", description="yours: measured on your stack; published: NVIDIA's tables",
+                           examples=["yours"])
 
 
 class RunRequest(_Strict):
     """The request the run answers, in plan's terms."""
 
-    model: str = Field(..., min_length=1, max_length=256)
-    gpu_type: str = Field(..., min_length=1, max_length=256)
-    gpus_per_node: int = Field(..., ge=1)
-    nodes: int = Field(1, ge=1)
-    goal: Literal["pretrain", "sft", "peft"] = "pretrain"
-    seq_length: int = Field(..., ge=1)
-    global_batch_size: int = Field(..., ge=1)
-    precision: str = Field("bf16", max_length=64)
+    model: str = Field(..., min_length=1, max_length=256, description="Model id, as plan names it.",
+                       examples=["llama3-8b"])
+    gpu_type: str = Field(..., min_length=1, max_length=256, description="GPU type, as plan names it.",
+                          examples=["h100"])
+    gpus_per_node: int = Field(..., ge=1, description="GPUs used on each node.", examples=[8])
+    nodes: int = Field(1, ge=1, description="Nodes used.", examples=[1])
+    goal: Literal["pretrain", "sft", "peft"] = Field("pretrain", description="Training goal: pretrain, sft or peft.",
+                                                     examples=["pretrain"])
+    seq_length: int = Field(..., ge=1, description="Sequence length, tokens.", examples=[8192])
+    global_batch_size: int = Field(..., ge=1, description="Sequences per optimizer step.", examples=[128])
+    precision: str = Field("bf16", max_length=64, description="Training precision (bf16, fp8cs, fp8mx...).",
+                           examples=["bf16"])
 
     @property
     def world_size(self) -> int:
@@ -75,17 +84,20 @@ class RunRequest(_Strict):
 class RunLayout(_Strict):
     """The layout measured; ``dp`` is what the world left, as the trainer derived it."""
 
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    vp: Optional[int] = Field(None, ge=1)
-    cp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    etp: Optional[int] = Field(None, ge=1)
-    dp: int = Field(1, ge=1)
-    micro_batch_size: int = Field(1, ge=1)
-    recompute: str = Field("none", max_length=64, description="none | selective | full")
-    sharding: str = Field("none", max_length=64, description="none | optimizer | full (FSDP2 / Megatron-FSDP)")
-    fast_paths: dict[str, object] = Field(default_factory=dict, description="config key -> value (model.kernels...)")
+    tp: int = Field(1, ge=1, description="Tensor parallel size.", examples=[2])
+    pp: int = Field(1, ge=1, description="Pipeline parallel size.", examples=[1])
+    vp: Optional[int] = Field(None, ge=1, description="Virtual pipeline stages per rank (null: off).", examples=[None])
+    cp: int = Field(1, ge=1, description="Context parallel size.", examples=[1])
+    ep: int = Field(1, ge=1, description="Expert parallel size.", examples=[1])
+    etp: Optional[int] = Field(None, ge=1, description="Expert tensor parallel size (null: not set).",
+                               examples=[None])
+    dp: int = Field(1, ge=1, description="Data parallel size: world / (TP x PP x CP).", examples=[4])
+    micro_batch_size: int = Field(1, ge=1, description="Sequences per micro batch.", examples=[1])
+    recompute: str = Field("none", max_length=64, description="none | selective | full", examples=["selective"])
+    sharding: str = Field("none", max_length=64, description="none | optimizer | full (FSDP2 / Megatron-FSDP)",
+                          examples=["optimizer"])
+    fast_paths: dict[str, object] = Field(default_factory=dict, description="config key -> value (model.kernels...)",
+                                          examples=[{"compile.enabled": True}])
 
     @property
     def key(self) -> tuple:
@@ -96,19 +108,26 @@ class RunLayout(_Strict):
 class Measurement(_Strict):
     """What the run measured after its warm-up, and what the planner estimated for the layout at the time."""
 
-    timed_steps: int = Field(0, ge=0, description="steps timed after warm-up")
-    step_time_s: Optional[float] = Field(None, description="median step time")
-    step_time_p10_s: Optional[float] = None
-    step_time_p90_s: Optional[float] = None
-    tokens_per_s_per_gpu: Optional[float] = None
-    mfu: Optional[float] = None
-    peak_mem_gib: Optional[float] = None
-    loss_first: Optional[float] = None
-    loss_last: Optional[float] = None
+    timed_steps: int = Field(0, ge=0, description="steps timed after warm-up", examples=[28])
+    step_time_s: Optional[float] = Field(None, description="median step time, seconds", examples=[1.84])
+    step_time_p10_s: Optional[float] = Field(None, description="10th percentile step time, seconds", examples=[1.81])
+    step_time_p90_s: Optional[float] = Field(None, description="90th percentile step time, seconds", examples=[1.9])
+    tokens_per_s_per_gpu: Optional[float] = Field(None, description="Measured training tokens per second per GPU.",
+                                                  examples=[7120.0])
+    mfu: Optional[float] = Field(None, description="Model FLOPs utilisation, 0-1.", examples=[0.41])
+    peak_mem_gib: Optional[float] = Field(None, description="Peak GPU memory allocated on one GPU, GiB.",
+                                          examples=[61.3])
+    loss_first: Optional[float] = Field(None, description="Loss at the first logged step; null when not finite.",
+                                        examples=[10.9])
+    loss_last: Optional[float] = Field(None, description="Loss at the last logged step; null when not finite.",
+                                       examples=[7.2])
     loss_curve: list[tuple[int, float]] = Field(default_factory=list, max_length=MAX_LOSS_POINTS,
                                                 description="(step, loss) pairs, for the Runs view")
-    estimate_step_time_s: Optional[float] = None
-    estimate_tokens_per_s_per_gpu: Optional[float] = None
+    estimate_step_time_s: Optional[float] = Field(None, description="The planner's estimated step time for this "
+                                                  "layout when the run was added, seconds.", examples=[1.95])
+    estimate_tokens_per_s_per_gpu: Optional[float] = Field(
+        None, description="The planner's estimated tokens/s per GPU for this layout when the run was added.",
+        examples=[6720.0])
 
     @field_validator("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s_per_gpu", "mfu",
                      "peak_mem_gib", "estimate_step_time_s", "estimate_tokens_per_s_per_gpu")
@@ -138,28 +157,40 @@ class Measurement(_Strict):
 class Reproduce(_Strict):
     """What it takes to run it again at the same speed."""
 
-    driver: Optional[str] = Field(None, max_length=MAX_TEXT)
+    driver: Optional[str] = Field(None, max_length=MAX_TEXT, description="NVIDIA driver version on the hosts.",
+                                  examples=["570.124.06"])
     env: dict[str, str] = Field(default_factory=dict, description="variables that change speed (NCCL_*, "
-                                                                  "CUDA_DEVICE_MAX_CONNECTIONS, ...)")
-    command: Optional[str] = Field(None, max_length=MAX_TEXT)
-    log_path: Optional[str] = Field(None, max_length=MAX_TEXT)
+                                                                  "CUDA_DEVICE_MAX_CONNECTIONS, ...)",
+                                examples=[{"CUDA_DEVICE_MAX_CONNECTIONS": "1"}])
+    command: Optional[str] = Field(None, max_length=MAX_TEXT, description="The command line that ran it.",
+                                   examples=["recipe-advisor train llama3-8b.yaml"])
+    log_path: Optional[str] = Field(None, max_length=MAX_TEXT, description="Where its log lay, when read from one.",
+                                    examples=["/logs/llama3-8b/log.txt"])
 
 
 class RunRecord(_Strict):
     """One run. ``id`` and ``recorded_at`` are the store's; everything else is the run's own."""
 
-    id: Optional[int] = None
-    recorded_at: Optional[datetime] = None
-    started_at: Optional[datetime] = Field(None, description="when the run began, when known")
-    provenance: Provenance = Field(default_factory=Provenance)
-    request: RunRequest
-    layout: RunLayout = Field(default_factory=RunLayout)
-    config_text: Optional[str] = Field(None, max_length=MAX_CONFIG_CHARS)
-    config_hash: Optional[str] = Field(None, max_length=128)
-    measurement: Measurement = Field(default_factory=Measurement)
-    outcome: Outcome = "completed"
-    outcome_detail: Optional[str] = Field(None, max_length=MAX_TEXT)
-    reproduce: Reproduce = Field(default_factory=Reproduce)
+    id: Optional[int] = Field(None, description="The store's id; null before it is stored.", examples=[12])
+    recorded_at: Optional[datetime] = Field(None, description="When the store recorded it (set by the store).",
+                                            examples=["2026-05-01T10:00:00+00:00"])
+    started_at: Optional[datetime] = Field(None, description="when the run began, when known",
+                                           examples=["2026-05-01T09:40:00+00:00"])
+    provenance: Provenance = Field(default_factory=Provenance, description="Where the run came from.")
+    request: RunRequest = Field(..., description="The request the run answers.")
+    layout: RunLayout = Field(default_factory=RunLayout, description="The layout it measured.")
+    config_text: Optional[str] = Field(None, max_length=MAX_CONFIG_CHARS, description="The run's config file, "
+                                       "as text; left out of reads without the token where one is required.",
+                                       examples=["model:\n  name: llama3-8b\n"])
+    config_hash: Optional[str] = Field(
+        None, max_length=128, description="sha256 of config_text, line endings normalised (set from it when left out).",
+        examples=["11d2ad919b3c422311044c1e224342f4c1f0cb183c858b7e2d8a99be248e14a6"])
+    measurement: Measurement = Field(default_factory=Measurement, description="What it measured.")
+    outcome: Outcome = Field("completed", description="How it ended: completed, stopped, out_of_memory, timed_out, "
+                             "crashed or refused.", examples=["completed"])
+    outcome_detail: Optional[str] = Field(None, max_length=MAX_TEXT, description="Why it ended so, for an outcome "
+                                          "other than completed.", examples=["CUDA out of memory at step 3"])
+    reproduce: Reproduce = Field(default_factory=Reproduce, description="What it takes to run it again.")
 
     @model_validator(mode="after")
     def _hash_config(self) -> "RunRecord":

@@ -27,8 +27,9 @@ MAX_LIST = 1000
 
 
 class RunAdded(BaseModel):
-    id: int = Field(description="The stored run's id.")
-    created: bool = Field(description="False when the same run was stored before (the answer names that run).")
+    id: int = Field(description="The stored run's id.", examples=[12])
+    created: bool = Field(description="False when the same run was stored before (the answer names that run).",
+                          examples=[True])
 
 
 class RunList(BaseModel):

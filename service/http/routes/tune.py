@@ -28,30 +28,47 @@ class TuneBody(m.PlanBody):
     warmup: int = Field(default=5, ge=0, le=100_000, description="Untimed steps before them.", examples=[5])
 
 
+TUNE_EXAMPLE = ("recipe-advisor tune --model llama3-8b --gpus 8 --gpu-type h100 --goal pretrain --engine bundled "
+                "--trials 8 --steps 30 --warmup 5")
+
+
 class TuneTrial(BaseModel):
-    index: int
-    layout: str
-    kind: str = Field(description="recommended, shape, micro batch, recompute, strategy or fast path.")
-    why: str
-    estimate_tokens_per_s_per_gpu: float
+    index: int = Field(description="The trial's place in the order tune runs them (1: first).", examples=[1])
+    layout: str = Field(description="The layout: parallel sizes, micro batch, recompute, strategy, fast paths.",
+                        examples=["TP1 PP1 CP1 EP1 mbs1 rc:none fsdp2"])
+    kind: str = Field(description="recommended, shape, micro batch, recompute, strategy or fast path.",
+                      examples=["recompute"])
+    why: str = Field(description="Why this trial is run: where its layout comes from or what it varies.",
+                     examples=["recompute selective instead of none"])
+    estimate_tokens_per_s_per_gpu: float = Field(description="The planner's estimated tokens/s per GPU.",
+                                                 examples=[7100.0])
     measured_tokens_per_s_per_gpu: Optional[float] = Field(
-        description="From the runs store, when it holds this trial (same trial config and software); else null.")
-    outcome: Optional[str] = Field(description="The stored trial's outcome; null when not run yet.")
-    detail: Optional[str]
+        description="From the runs store, when it holds this trial (same trial config and software); else null.",
+        examples=[7350.5])
+    outcome: Optional[str] = Field(description="The stored trial's outcome; null when not run yet.",
+                                   examples=["completed"])
+    detail: Optional[str] = Field(description="The stored trial's outcome detail (why it stopped); else null.",
+                                  examples=[None])
 
 
 class TuneSkipped(BaseModel):
-    layout: str
-    reason: str
+    layout: str = Field(description="The layout not run, or a count of parallel shapes a rule rejected.",
+                        examples=["TP1 PP1 CP1 EP1 mbs1 rc:none ddp"])
+    reason: str = Field(description="Why it is not run: the rule that refuses it, or the memory it needs.",
+                        examples=["needs 92.4 GiB per GPU; h100 offers 75.0 GiB after 5% headroom"])
 
 
 class TuneResponse(BaseModel):
     trials: list[TuneTrial] = Field(description="In the order tune runs them.")
-    best_measured: Optional[TuneTrial]
-    measured: int = Field(description="How many of the trials the store has measured.")
+    best_measured: Optional[TuneTrial] = Field(
+        description="The trial with the highest measured tokens/s per GPU; null when the store has measured none.")
+    measured: int = Field(description="How many of the trials the store has measured.", examples=[3])
     skipped: list[TuneSkipped] = Field(description="Layouts not run: they do not fit, or a rule refuses them.")
-    commands: dict[str, str] = Field(description="here: run the tune on this machine (bundled engine); sweep: write "
-                                                 "it for a cluster; collect: read the sweep's logs back.")
+    commands: dict[str, str] = Field(
+        description="here: run the tune on this machine (bundled engine); sweep: write it for a cluster; "
+                    "collect: read the sweep's logs back.",
+        examples=[{"here": f"{TUNE_EXAMPLE} -o best.yaml", "sweep": f"{TUNE_EXAMPLE} --emit-sweep tune-sweep",
+                   "collect": f"{TUNE_EXAMPLE} --collect tune-sweep"}])
 
 
 def _view(body: TuneBody) -> dict:
