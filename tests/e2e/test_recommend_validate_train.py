@@ -2,19 +2,15 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
+from tests.trainer.harness import run_cli
 
 
 def cli(*args, cwd, timeout=300):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "service.cli.app", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -7,12 +7,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
+from tests import launch_server
 from tests.paths import REPO
 from trainer.contract.checkpoint_lock import LOCK_FILE
 
@@ -58,19 +58,23 @@ def _env(extra: Optional[dict] = None) -> dict:
 
 def run_trainer(config: Path, *overrides: str, nproc: int = 2, env: Optional[dict] = None,
                 timeout: float = 120) -> subprocess.CompletedProcess:
-    """`torchrun --nproc-per-node N -m trainer CONFIG ...`; nproc=0 runs `python -m trainer` alone."""
-    if nproc == 0:
-        cmd = [sys.executable, "-m", "trainer", str(config), *overrides]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone",
-               "-m", "trainer", str(config), *overrides]
-    return _run(cmd, config.parent, _env(env), timeout)
+    """`torchrun --nproc-per-node N --standalone -m trainer CONFIG ...`; nproc=0 runs `python -m trainer` alone.
+    Started from the pre-imported launch server (tests/launch_server.py)."""
+    args = ["-m", "trainer", str(config), *overrides]
+    if nproc:
+        args = [f"--nproc-per-node={nproc}", "--standalone", *args]
+    return launch_server.run(args, torchrun=nproc > 0, cwd=config.parent, env=_env(env), timeout=timeout)
 
 
 def run_launcher(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`recipe-advisor train CONFIG ARGS...` (the launcher: pre-flight, then torch.distributed.run)."""
-    cmd = [sys.executable, "-m", "service.cli.app", "train", str(config), *args]
-    return _run(cmd, config.parent, _env(), timeout)
+    return run_cli("train", str(config), *args, cwd=config.parent, timeout=timeout)
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """`recipe-advisor ARGS...` (`python -m service.cli.app`), from the pre-imported launch server."""
+    return launch_server.run(["-m", "service.cli.app", *args], torchrun=False, cwd=cwd, env=_env(env),
+                             timeout=timeout)
 
 
 def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:

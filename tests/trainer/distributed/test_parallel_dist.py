@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import launch_server
 from tests.paths import REPO
 
 SCRIPT = Path(__file__).resolve().parent / "dist_scripts" / "parallel_equivalence.py"
@@ -28,14 +27,11 @@ BF16_REDUCE_GRAD_TOLERANCE = 1e-3
 
 
 def launch(nproc: int, cases: list[str], out: Path, timeout: int, script: Path = SCRIPT) -> None:
+    # --standalone: the launcher binds its own free port (a port found free and bound seconds later can be taken
+    # by the other xdist worker meanwhile)
+    args = ["--nproc-per-node", str(nproc), "--standalone", str(script), "--out", str(out), *cases]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    cmd = [
-        # --standalone: the launcher binds its own free port (a port found free and bound seconds later can be
-        # taken by the other xdist worker meanwhile)
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-        str(script), "--out", str(out), *cases,
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = launch_server.run(args, torchrun=True, cwd=REPO, env=env, timeout=timeout)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
 
