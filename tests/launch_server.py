@@ -287,5 +287,20 @@ def run(argv: list[str], *, torchrun: bool, cwd: Path, env: dict, timeout: float
     return subprocess.CompletedProcess(prefix + list(argv), code, out, err)
 
 
+def subprocess_run(cmd, *, cwd=None, env=None, timeout: Optional[float] = None,
+                   **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True, ...)` for a script or benchmark that launches
+    `python ...` itself: a python command runs from the server, anything else as subprocess.run runs it."""
+    args = _python_command(cmd)
+    if args is None:
+        return _real_subprocess_run(cmd, cwd=cwd, env=env, timeout=timeout, **kwargs)
+    torchrun = args[:2] == ["-m", "torch.distributed.run"]
+    return run(args[2:] if torchrun else args, torchrun=torchrun, cwd=Path(cwd or os.getcwd()),
+               env=dict(os.environ if env is None else env), timeout=3600 if timeout is None else timeout)
+
+
+_real_subprocess_run = subprocess.run
+
+
 if __name__ == "__main__":
     serve()

@@ -6,11 +6,10 @@ here until it has a `--smoke` mode."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests import launch_server
 from tests.paths import REPO
 
 BENCHMARKS = REPO / "benchmarks"
@@ -50,8 +49,7 @@ def _params():
 @pytest.mark.parametrize("script", _params())
 def test_benchmark_script_runs_its_smoke_mode(script, tmp_path) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, str(script), "--smoke"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = launch_server.run([str(script), "--smoke"], torchrun=False, cwd=tmp_path, env=env, timeout=300)
     assert out.returncode == 0, f"{_name(script)} --smoke: exit {out.returncode}\n{out.stdout[-2000:]}\n" \
                                 f"{out.stderr[-3000:]}"
     assert out.stdout.strip(), f"{_name(script)} --smoke printed no figures"

@@ -14,6 +14,7 @@ from recipe_index.models import card_from_config
 from service.estimate import constants as C
 from service.estimate.memory import MemoryModel, estimate_memory, fsdp2_working_set_bytes, model_shape
 from service.facts import Layout
+from tests import launch_server
 from tests.benchmarks.scripts import load_script
 
 H, V, FFN, LAYERS, HEADS, KV, D = 256, 8192, 768, 2, 8, 4, 32
@@ -147,9 +148,12 @@ def test_moe_estimate_within_three_percent_of_measured(config: str) -> None:
 
 
 def _measured_rows(config: str) -> list[dict]:
-    """benchmarks/estimate_vs_measured.py for one config at seq 256, called in this process (only the measured
-    run starts processes of its own)."""
-    return load_script("estimate_vs_measured").compare([config], seq=256)
+    """benchmarks/estimate_vs_measured.py for one config at seq 256, called in this process; the measured run's
+    processes start from the launch server (tests/launch_server.py)."""
+    bench = load_script("estimate_vs_measured")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.subprocess, "run", launch_server.subprocess_run)
+        return bench.compare([config], seq=256)
 
 
 @pytest.mark.slow
