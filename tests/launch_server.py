@@ -279,6 +279,11 @@ def _the_server() -> LaunchServer:
     return _server
 
 
+def server_pid() -> Optional[int]:
+    """This pytest process's launch server, when one runs: a child of this process that no test started."""
+    return _server.proc.pid if _server is not None and _server.alive() else None
+
+
 def run(argv: list[str], *, torchrun: bool, cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
     """`python -m torch.distributed.run ARGV` (torchrun) or `python ARGV`, as `subprocess.run(..., text=True,
     capture_output=True)` would answer, started from the server."""
