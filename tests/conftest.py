@@ -101,7 +101,9 @@ def offline_hub(tmp_path, monkeypatch):
 # A test that starts the trainer in processes of its own is a `slow` (multi-process) test, found from its source and
 # its fixtures' source, so a new one joins the tier without anyone remembering to mark it.
 _LAUNCHES = ("run_trainer(", "run_launcher(", "torch.distributed.run", "launch(2,", "launch(4,", 'cli("train"',
-             'main(["train"')
+             'main(["train"', "launch_script(", "launch_server.run(", "launch_server.subprocess_run(",
+             '"service.cli.app", "train"', "import trainer.launch",
+             "service.cli.train import launch", "run.sh")
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import launch_server
 from tests.paths import REPO
 from tests.trainer.harness import _env, records, write_config
 from trainer.contract.checkpoint_layout import find_latest, is_complete, list_complete
@@ -19,8 +20,8 @@ from trainer.contract.checkpoint_layout import find_latest, is_complete, list_co
 
 def _python(code: str, config: Path) -> subprocess.CompletedProcess:
     """``python -c code CONFIG`` in the config's folder, as the trainer's processes run."""
-    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=config.parent, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    return launch_server.subprocess_run([sys.executable, "-c", code, str(config)], cwd=config.parent, env=_env(),
+                                        capture_output=True, text=True, timeout=120)
 
 
 def _run_with_a_failing_save(tmp_path, failure: str) -> subprocess.CompletedProcess:
@@ -88,7 +89,8 @@ def test_a_worker_stopped_by_keyboard_interrupt_exits_130_without_a_traceback():
     code = ("import trainer.launch as launch\n"
             "def interrupted(argv):\n    raise KeyboardInterrupt\n"
             "launch.run = interrupted\nlaunch.main([])")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = launch_server.subprocess_run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                                          timeout=60)
     assert result.returncode == 130
     assert result.stderr == ""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from recipe_index import find_bundled_model, get_recipe, list_recipes
@@ -27,6 +28,7 @@ def _benchmark_requests():
             yield entry, layout
 
 
+@pytest.mark.slow  # index-wide: a recommendation per recipe
 def test_every_benchmark_recipe_keeps_its_tuned_layout_or_names_the_rule_that_moved_it():
     kept = 0
     for entry, layout in _benchmark_requests():
@@ -48,6 +50,7 @@ def test_every_benchmark_recipe_keeps_its_tuned_layout_or_names_the_rule_that_mo
     assert kept >= 250  # 262 of the 274; the others are variants of a request or break a rule at their own size
 
 
+@pytest.mark.slow  # index-wide: a recommendation per recipe
 def test_a_library_layout_is_replaced_only_when_the_estimate_beats_it_by_more_than_the_band():
     replaced = 0
     for entry in list_recipes(kind="library"):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from tests import launch_server
 from tests.paths import REPO
 from tests.trainer.harness import _env, assert_clean_exit, records, run_trainer, tree_digest, write_config
 
@@ -148,7 +148,8 @@ def test_recipe_advisor_train_runs_the_bundled_pretrain_recipe(tmp_path):
     cmd = [sys.executable, "-m", "service.cli.app", "train", str(recipe), "--nproc-per-node", "2",
            "--step_scheduler.max_steps", "12", "--step_scheduler.val_check_interval=6",
            "--step_scheduler.checkpoint_interval", "6", "--checkpoint.checkpoint_dir", str(ckpt)]
-    result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    result = launch_server.subprocess_run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                                          timeout=180)
     assert_clean_exit(result)
     train = records(ckpt / "training.jsonl")
     assert len(train) == 12 and train[-1]["loss"] < train[0]["loss"] - 0.5

@@ -7,11 +7,11 @@ equal a straight one bit for bit, also after a SIGKILL mid-run or mid-save.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 
 import pytest
 
+from tests import launch_server
 from tests.trainer.harness import (
     _env,
     assert_clean_exit,
@@ -101,9 +101,9 @@ def test_unwritable_checkpoint_dir_stops_every_worker_at_startup(tmp_path):
     config = write_config(tmp_path)
     code = ("import sys; from service.cli.train import launch; "
             "sys.exit(launch(['--nproc-per-node=2', '--standalone', '-m', 'trainer'] + sys.argv[1:]))")
-    result = subprocess.run([sys.executable, "-c", code, str(config), "--checkpoint.checkpoint_dir",
-                             str(blocker / "ckpt")], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                            timeout=120)
+    result = launch_server.subprocess_run([sys.executable, "-c", code, str(config), "--checkpoint.checkpoint_dir",
+                                           str(blocker / "ckpt")], cwd=tmp_path, env=_env(), capture_output=True,
+                                          text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.count("error: checkpoint.checkpoint_dir: cannot create") == 1, result.stderr[-3000:]
     assert "Not a directory" in result.stderr and "Traceback" not in result.stderr
