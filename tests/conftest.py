@@ -141,4 +141,20 @@ def pytest_collection_modifyitems(config, items):
         shared = _shared_run(item)
         if shared is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{shared.argname}"))
+        if getattr(config.option, "loadgroup", False):
+            _group_in_node_id(item)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: collection order otherwise
+
+
+def _group_in_node_id(item) -> None:
+    """What `--dist loadgroup` schedules by: the group after an `@` in the test's id. pytest-xdist 3.8 writes it to
+    `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`), so no group held together and every
+    worker built each shared fixture itself; this writes it where pytest 9 reads it."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None or not hasattr(item, "_id") or "@" in item.nodeid.rsplit("]", 1)[-1]:
+        return
+    from _pytest.nodeid import NodeId
+
+    name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+    item._id = NodeId.parse(f"{item.nodeid}@{name}")
+

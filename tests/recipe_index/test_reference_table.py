@@ -18,6 +18,9 @@ from recipe_index.megatron import short_name
 from service.validate.document import validate_text
 from tests.paths import REPO
 
+# The tests read one validation of all 630 recipes (`reports`, 8 s): one worker builds it.
+pytestmark = pytest.mark.xdist_group("reference_table_reports")
+
 SHARED = Path(os.environ.get("RECIPE_ADVISOR_SHARED", REPO.parent / "shared"))
 TABLE = SHARED / "reference" / "mbridge_recipes.json"
 
