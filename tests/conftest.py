@@ -157,4 +157,3 @@ def _group_in_node_id(item) -> None:
 
     name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
     item._id = NodeId.parse(f"{item.nodeid}@{name}")
-

@@ -7,8 +7,8 @@ torch, the trainer and torch's elastic agent once per pytest process, then forks
 runs torch.distributed.run's own command line (`torch.distributed.run.main`: its argument parsing, standalone
 rendezvous, elastic agent, worker environment, sessions, failure handling and exit code) with one change: where
 the agent would start `python -u -m ...` it gets a fork of this interpreter that runs the module or script as
-`python` would (`runpy`, as `__main__`). The workers are real
-processes in a real gloo process group; what differs from a shell's torchrun is only the interpreter start-up.
+`python` would (`runpy`, as `__main__`). The workers are real processes in a real gloo process group; what
+differs from a shell's torchrun is only the interpreter start-up.
 
 Tests that signal the launcher or read what the shell's torchrun prints start it themselves (`subprocess`).
 
@@ -31,14 +31,16 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
 # What a launch imports, imported once here; a child inherits it.
 PRELOAD = ("torch", "torch.distributed.run", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
            "torch.distributed.pipelining", "torch.distributed.checkpoint", "safetensors.torch", "trainer.launch",
            "trainer.recipes.train_ft")
 TERMINATE_GRACE_S = 45  # torch.distributed.run waits up to 30 s for its workers after a SIGTERM
+_real_subprocess_run = subprocess.run  # subprocess_run's way for commands that are not `python ...`
 
 
 # ---- in the server -------------------------------------------------------------------------------------------------
@@ -94,8 +96,7 @@ class ForkedPython(subprocess.Popen):
                 if fd != -1:
                     os.close(fd)
             return
-        code = 1
-        try:
+        def start() -> None:
             _signals_as_exec_leaves_them()
             for fd, target in ((0, p2cread), (1, c2pwrite), (2, errwrite)):
                 if target != -1:
@@ -111,13 +112,8 @@ class ForkedPython(subprocess.Popen):
                 os.environ.clear()
                 os.environ.update(env)
             _python_main(*args[1:])
-            code = 0
-        except SystemExit as stop:
-            code = _exit_code(stop.code)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            _leave(code)
+
+        _exit_after(start)
 
 
 def _signals_as_exec_leaves_them() -> None:
@@ -141,13 +137,24 @@ def _forked_pythons() -> None:
     subprocess.Popen = subprocess_handler.Popen = ForkedPython
 
 
-def _leave(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(code)
+def _exit_after(main: Callable[[], None]) -> None:
+    """Run ``main`` in a forked child and leave with the status the interpreter would: 0, sys.exit's code, or 1
+    with the traceback of an uncaught exception. Never returns."""
+    code = 1
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 def _exit_code(value) -> int:
@@ -162,8 +169,8 @@ def _exit_code(value) -> int:
 
 def _child(request: dict, channel: int) -> None:
     """The launch: never returns."""
-    code = 1
-    try:
+
+    def launch() -> None:
         os.close(channel)
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -183,14 +190,8 @@ def _child(request: dict, channel: int) -> None:
             torchrun.main(request["argv"])
         else:
             _python_main(*request["argv"])
-        code = 0
-    except SystemExit as stop:
-        code = _exit_code(stop.code)
-    except BaseException:  # as the interpreter reports an uncaught exception
-        traceback.print_exc()
-        code = 1
-    finally:
-        _leave(code)
+
+    _exit_after(launch)
 
 
 def serve() -> None:
@@ -302,9 +303,6 @@ def subprocess_run(cmd, *, cwd=None, env=None, timeout: Optional[float] = None,
     torchrun = args[:2] == ["-m", "torch.distributed.run"]
     return run(args[2:] if torchrun else args, torchrun=torchrun, cwd=Path(cwd or os.getcwd()),
                env=dict(os.environ if env is None else env), timeout=3600 if timeout is None else timeout)
-
-
-_real_subprocess_run = subprocess.run
 
 
 if __name__ == "__main__":

@@ -77,23 +77,6 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: Optional[dict] = N
                              timeout=timeout)
 
 
-def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """subprocess.run, except that on a timeout the launcher gets SIGTERM first: torch.distributed.run passes it
-    on to its workers (each in a session of its own), which then stop as a Ctrl-C stops them; left running, they
-    would slow every later test on a 2-core machine into timeouts of its own."""
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.communicate(timeout=45)  # the launcher waits up to 30 s for its workers
-            finally:
-                proc.kill()
-            raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
 def assert_clean_exit(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     for bad in ("Traceback", "terminate called", "Aborted", "ChildFailedError"):

@@ -2,7 +2,6 @@
 the figures of benchmarks/README.md ("Planner vs expert-tuned layouts"), so a model change that makes
 the ranking worse fails here rather than in the next benchmark run."""
 
-import functools
 import json
 
 import pytest
@@ -14,19 +13,12 @@ def _benchmark():
     return load_script("expert_layouts")
 
 
-@functools.lru_cache(maxsize=1)
-def _reference_evaluation():
+@pytest.fixture(scope="module")
+def results():
     bench = _benchmark()
     records = json.loads((bench.shared_dir() / "reference" / "mbridge_recipes.json").read_text())
     evaluated = bench.evaluate([r for r in records if r["kind"] == "perf_benchmark"], sources=True)
     return bench.summary(evaluated), evaluated
-
-
-@pytest.fixture
-def results():
-    """Evaluated once per process: a module-scoped fixture was built twice when the worker ran another module's
-    test between two of these."""
-    return _reference_evaluation()
 
 
 # Index-wide (slow): hundreds of plans each. The two tests of the reference set share one evaluation (one xdist
