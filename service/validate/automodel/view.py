@@ -9,6 +9,7 @@ from recipe_index.cards import HardwareCard, ModelCard
 from service.facts import Facts
 from service.validate.automodel.dialect import StatedWorld
 from service.validate.automodel.facts import Sizes
+from service.validate.automodel.versions import Judged
 
 
 @dataclass
@@ -19,6 +20,7 @@ class RecipeView:
     facts: Facts
     model: Optional[ModelCard] = None
     hardware: Optional[HardwareCard] = None
+    judged: Judged = Judged(())  # the AutoModel versions the recipe is judged under (schema_rules.judged_for)
 
     @property
     def dp(self) -> Optional[int]:
