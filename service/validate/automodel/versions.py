@@ -60,6 +60,7 @@ class AutomodelSchema:
         self._targets: dict[str, dict[str, list]] = data["targets"]
         self.renamed: dict[str, list] = data.get("renamed", {})  # old section -> [new or None, commit, how]
         self._names_by_index: dict[int, dict[str, list[str]]] = {}
+        self._lookups: dict[tuple[str, int], tuple[str, Optional[frozenset[str]]]] = {}
         self._main = [i for i, v in enumerate(self.versions) if v["kind"] == "main"]
 
     # -- which versions -------------------------------------------------------------------------------------
@@ -131,6 +132,12 @@ class AutomodelSchema:
 
     def lookup(self, target: str, index: int) -> tuple[str, Optional[frozenset[str]]]:
         """("found", keywords or None for any) | ("unknown", None): not judged | ("missing", None)."""
+        key = (target, index)
+        if key not in self._lookups:  # a folder of recipes names the same few targets many times
+            self._lookups[key] = self._lookup(target, index)
+        return self._lookups[key]
+
+    def _lookup(self, target: str, index: int) -> tuple[str, Optional[frozenset[str]]]:
         parts = target.split(".")
         for cut in range(len(parts), 0, -1):
             names = self._module_at(".".join(parts[:cut]), index)
