@@ -98,3 +98,13 @@ def test_cli_takes_automodel_version_and_refuses_an_unknown_one(capsys, tmp_path
     assert code == 0, out
     code, _, err = run_cli(capsys, "validate", "--automodel-version", "9.9.9", str(path))
     assert code == 2 and "--automodel-version" in err
+
+
+def test_http_validate_takes_automodel_version_in_the_body_and_the_query(client):
+    old = HEADER + yaml.safe_dump({**LLAMA, "autopipeline": {"pp_microbatch_size": 1}}, sort_keys=False)
+    r = client.post("/v1/validate", json={"yaml": old, "automodel_version": "0.5.0"})
+    assert r.status_code == 200
+    assert [f["severity"] for f in r.json()["files"][0]["findings"] if f["code"] == "RA-A016"] == ["error"]
+    r = client.post("/v1/validate?automodel_version=someday", content=old,
+                    headers={"content-type": "application/yaml"})
+    assert r.status_code == 400 and "automodel_version" in r.text
