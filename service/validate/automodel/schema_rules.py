@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 from service.validate.automodel.schema import DEFAULT_STRATEGY, DISTRIBUTED_COMMON
 from service.validate.automodel.targets import keywords, walk_targets
-from service.validate.automodel.versions import VERSION_KEY, AutomodelSchema, Judged, schema
+from service.validate.automodel.versions import FORMS, VERSION_KEY, AutomodelSchema, Judged, schema
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
 
@@ -105,6 +105,15 @@ def _text(fix) -> str:
 
 def _version_words(index: int) -> str:
     return f"AutoModel {schema().name(index)}"
+
+
+@automodel_rule("RA-A015", "error", VERSION_KEY, "the recipe's AutoModel version is a release, a date or main",
+                "this product: service/validate/automodel/versions.py (the releases in automodel_schema.json)")
+def version_usable(view: RecipeView) -> Optional[Violation]:
+    if view.judged.problem is None:
+        return None
+    return Violation(f"{view.judged.source}: {view.judged.problem}; judged under every plausible version instead",
+                     f"write {FORMS}, or remove it", key=VERSION_KEY if view.judged.source == VERSION_KEY else None)
 
 
 # -- sections -----------------------------------------------------------------------------------------------------

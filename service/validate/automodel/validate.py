@@ -17,7 +17,7 @@ from service.lookups import hub_allowed
 from service.validate.automodel.dialect import ci_cluster, stated_world
 from service.validate.automodel.facts import facts_of, model_name, sizes_of
 from service.validate.automodel.schema_rules import judged_for
-from service.validate.automodel.versions import FORMS, VERSION_KEY, Judged
+from service.validate.automodel.versions import VERSION_KEY, Judged
 from service.validate.automodel.view import RecipeView
 from service.validate.checks import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
@@ -56,19 +56,16 @@ def _with_ci_overrides(doc: Document) -> Document:
     return replace(doc, data=data, positions=positions)
 
 
-def _judged(doc: Document, flag: Optional[str]) -> tuple[Judged, list[Finding]]:
+def _judged(doc: Document, flag: Optional[str]) -> Judged:
     """The AutoModel versions the recipe is judged under: ``--automodel-version``, else its
     ``metadata.automodel_version``, else inferred (schema_rules.judged_for); an unusable stated one is RA-A015's."""
     meta = doc.data.get("metadata") if isinstance(doc.data.get("metadata"), dict) else {}
     stated, source = (flag, "--automodel-version") if flag is not None else (meta.get("automodel_version"),
                                                                              VERSION_KEY)
     try:
-        return judged_for(doc.data, None if stated is None else stated, source), []
+        return judged_for(doc.data, stated, source)
     except ValueError as err:
-        line, column = doc.position(VERSION_KEY)
-        return judged_for(doc.data, None, source), [Finding(
-            code="RA-A015", severity="error", message=f"{source}: {err}", key=VERSION_KEY, line=line,
-            column=column, fix=f"write {FORMS}, or remove it to be judged under every release")]
+        return replace(judged_for(doc.data, None, source), problem=str(err))
 
 
 def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[], str]], gpus: Optional[int] = None,
@@ -87,11 +84,11 @@ def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[]
     if model_error and not hub_allowed():
         model_error = model_error.replace(_OFFLINE_WORDS, _CACHE_ONLY_WORDS)
     facts = facts_of(doc.data, world.size, world.gpus_per_node, model, hardware)
-    judged, findings = _judged(doc, automodel_version)
     view = RecipeView(data=doc.data, world=world, sizes=sizes_of(doc.data), facts=facts, model=model,
-                      hardware=hardware, judged=judged)
+                      hardware=hardware, judged=_judged(doc, automodel_version))
     config_view = ConfigView(doc=doc, facts=facts, model_error=model_error, model_unknown=unknown,
                              hardware_error=hardware_error)
+    findings: list[Finding] = []
     for rule in AUTOMODEL_RULES:
         findings.extend(_emit(rule, rule.check(view), doc, deferred))
     for rule in CONFIG_RULES:

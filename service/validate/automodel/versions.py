@@ -36,6 +36,7 @@ class Judged:
     indices: tuple[int, ...]
     stated: Optional[str] = None
     source: str = VERSION_KEY
+    problem: Optional[str] = None  # why a stated version was not used (RA-A015)
 
 
 @lru_cache(maxsize=256)

@@ -13,6 +13,7 @@ from tests.cli import run_cli
 RECIPES = Path(__file__).parent / "automodel_recipes"
 LLAMA = yaml.safe_load((RECIPES / "llama3_2_1b_squad.yaml").read_text())
 HEADER = "# automodel FILE --nproc-per-node 8\n"
+COVERED = {"RA-A014", "RA-A015", "RA-A016"}
 
 
 def check(edit=None, version=None, drop=()):
