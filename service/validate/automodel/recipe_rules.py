@@ -104,8 +104,6 @@ def target_keywords(view: RecipeView) -> Iterator[Violation]:
     yield from across(view, target_keywords_check)
     for key, target, node in walk_targets(view.data):
         names = KNOWN_TARGETS.get(target, None)
-        if target.startswith("nemo_automodel."):
-            continue  # judged by version above
         if names is not None:
             bad = [(k, get_close_matches(k, sorted(names), n=3)) for k in keywords(node) if k not in names]
         elif target.startswith("torch."):
