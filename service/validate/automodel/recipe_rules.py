@@ -13,10 +13,11 @@ from service.validate.automodel.schema import (
     RECIPE_CLASSES,
     SIZE_KEYS,
     STEP_SCHEDULER_POSITIVE,
-    STRATEGY_OPTIONS,
+    STRATEGIES,
 )
 from service.validate.automodel.schema_rules import across, recipe_missing, strict_keys_check, target_keywords_check
 from service.validate.automodel.targets import KNOWN_TARGETS, importable_by_default, keywords, walk_targets
+from service.validate.automodel.versions import schema
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
 
@@ -80,9 +81,9 @@ def values_valid(view: RecipeView) -> Iterator[Violation]:
                             "use a positive integer" + (", or none to infer it" if key.startswith("dp") else ""),
                             key=f"distributed.{key}")
     strategy = dist.get("strategy", DEFAULT_STRATEGY)
-    if not isinstance(strategy, str) or strategy.lower() not in STRATEGY_OPTIONS:
+    if not isinstance(strategy, str) or strategy.lower() not in STRATEGIES | schema().strategies():
         yield Violation(f"distributed.strategy {strategy!r} is not an AutoModel strategy",
-                        f"use one of {sorted(STRATEGY_OPTIONS)}", key="distributed.strategy")
+                        f"use one of {sorted(STRATEGIES)}", key="distributed.strategy")
     scheduler = section(view.data, "step_scheduler")
     for key in ("global_batch_size", "local_batch_size"):
         if key not in scheduler:

@@ -121,6 +121,10 @@ class AutomodelSchema:
         entry = _holds(self._strict.get(section, []), index)
         return frozenset(entry[1].split(",")) if entry else None
 
+    def strategies(self) -> frozenset[str]:
+        """Every `distributed.strategy` name some version takes (its strategy map's keys)."""
+        return frozenset(s.partition("@")[2] for s in self._strict if s.startswith("distributed@"))
+
     def parses_distributed(self, index: int) -> bool:
         """`distributed:` is read by parse_distributed_section (strategy options beside the sizes) here."""
         return any(section.startswith("distributed@") and _holds(entries, index)
