@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from pathlib import Path
 
 import yaml
@@ -88,6 +89,7 @@ def test_the_recipes_metadata_states_the_version_and_an_unusable_one_is_an_error
 
     assert [f.severity for f in coded(check(stated("0.5.0")), "RA-A016")] == ["error"]
     assert not coded(check(stated("0.5.0")), "RA-A015")
+    assert not coded(check(stated(dt.date(2026, 3, 20)), drop=("recipe",)), "RA-A001")  # YAML reads a date
     bad = coded(check(stated("someday")), "RA-A015")
     assert [(f.severity, f.key) for f in bad] == [("error", "metadata.automodel_version")]
 
