@@ -106,15 +106,21 @@ def errors(text: str, version: Optional[str]) -> list:
         return []
 
 
-def judge(pair: Pair, stated: bool) -> tuple[bool, list[str]]:
-    """(the buggy side has an error on a key the fix changed, errors only the fixed side has)."""
+def _unversioned(text: str) -> str:
+    """The recipe without the trailing ``metadata:`` block a fixture adds to state its version."""
+    return text.split("\nmetadata:\n  automodel_version:")[0] + "\n"
+
+
+def judge(pair: Pair, stated: bool) -> tuple[list[str], list[str]]:
+    """(the codes of the buggy side's errors on a key the fix changed, errors only the fixed side has)."""
     try:
         keys = changed_keys(yaml.safe_load(pair.buggy) or {}, yaml.safe_load(pair.fixed) or {})
     except yaml.YAMLError:
-        return False, []
-    buggy = errors(pair.buggy, pair.buggy_version if stated else None)
-    fixed = errors(pair.fixed, pair.fixed_version if stated else None)
-    caught = any(_related(f.key, keys) for f in buggy)
+        return [], []
+    texts = (pair.buggy, pair.fixed) if stated else (_unversioned(pair.buggy), _unversioned(pair.fixed))
+    buggy = errors(texts[0], pair.buggy_version if stated else None)
+    fixed = errors(texts[1], pair.fixed_version if stated else None)
+    caught = sorted({f.code for f in buggy if _related(f.key, keys)})
     before = {(f.code, f.key) for f in buggy}
     return caught, [f"{f.code} {f.key}" for f in fixed if (f.code, f.key) not in before]
 
@@ -134,11 +140,11 @@ def main() -> None:
     for stated in (True, False):
         caught, regressions = 0, 0
         for pair in pairs:
-            hit, new = judge(pair, stated)
-            caught += hit
+            codes, new = judge(pair, stated)
+            caught += bool(codes)
             regressions += bool(new)
-            if args.list and stated and (hit or new):
-                print(f"  {'caught' if hit else '      '} {pair.name}" + (f"  fixed-only: {new}" if new else ""))
+            if args.list and stated and (codes or new):
+                print(f"  {' '.join(codes) or '-':17} {pair.name}" + (f"  fixed-only: {new}" if new else ""))
         label = "version stated (the commit's date)" if stated else "no version"
         print(f"{source}: {len(pairs)} pairs, {label}: {caught} buggy versions are an error on a changed key; "
               f"{regressions} fixed versions have an error the buggy one lacks")

@@ -3,8 +3,9 @@
 The file (``python -m recipe_index.generate.automodel_schema``) holds, per AutoModel release and ``main`` snapshot,
 the top-level sections the LLM recipe reads, the keys of the sections AutoModel checks, and the callables a
 ``_target_`` may name with their keywords. A recipe states its version as ``metadata.automodel_version`` (a release
-``0.4.0``, a checkout date ``2026-05-01``, or ``main``), or validate takes ``--automodel-version``. A date between
-two ``main`` snapshots is judged under both (a finding must hold in each); a recipe with no version is judged
+``0.4.0``, a checkout date ``2026-05-01``, or ``main``), or validate takes ``--automodel-version``. A date is
+judged under the ``main`` snapshots around it (the last before the day, the day's, the first after: a finding must
+hold in each); a recipe with no version is judged
 under every release and the newest ``main`` (what users install): a finding under all of them is an error, one
 under some a warning that names the versions and the key to write down (``versioned.across``).
 """
@@ -92,13 +93,12 @@ class AutomodelSchema:
                          f"checkout's commit date instead (2026-05-01)")
 
     def _around(self, date: dt.date) -> tuple[int, ...]:
+        """The ``main`` snapshots a checkout of that day may sit between: the last one before the day, those of
+        the day, and the first one after it (a date says nothing about the hour)."""
         dates = [dt.date.fromisoformat(self.versions[i]["date"]) for i in self._main]
-        at = bisect.bisect_right(dates, date)
-        if at == 0:
-            return (self._main[0],)
-        if at == len(dates) or dates[at - 1] == date:
-            return (self._main[at - 1],)
-        return self._main[at - 1], self._main[at]
+        low, high = bisect.bisect_left(dates, date), bisect.bisect_right(dates, date)
+        picked = self._main[max(low - 1, 0):high + 1]
+        return tuple(picked)
 
     def name(self, index: int) -> str:
         meta = self.versions[index]

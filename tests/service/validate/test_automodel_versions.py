@@ -111,3 +111,18 @@ def test_http_validate_takes_automodel_version_in_the_body_and_the_query(client)
     r = client.post("/v1/validate?automodel_version=someday", content=old,
                     headers={"content-type": "application/yaml"})
     assert r.status_code == 400 and "automodel_version" in r.text
+
+
+def test_recipes_automodel_fixed_upstream_are_errors_on_the_changed_key_and_the_fixes_are_clean():
+    """Three upstream example recipes as they were before and after the AutoModel commit that fixed them
+    (tests/service/validate/automodel_fixes; benchmarks/automodel_fixes.py measures the whole history)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    from automodel_fixes import fixture_pairs, judge
+
+    outcomes = {pair.name.split(".")[0]: judge(pair, stated=True) for pair in fixture_pairs()}
+    assert {name: codes for name, (codes, _) in outcomes.items()} == {
+        "lora_keywords": ["RA-A009", "RA-A011"], "moved_target": ["RA-A014", "RA-A016"],
+        "stale_moe_config": ["RA-A016"]}
+    assert all(not fixed_only for _, fixed_only in outcomes.values())
