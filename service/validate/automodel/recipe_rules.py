@@ -16,7 +16,7 @@ from service.validate.automodel.schema import (
     STRATEGIES,
 )
 from service.validate.automodel.schema_rules import across, recipe_missing, strict_keys_check, target_keywords_check
-from service.validate.automodel.targets import KNOWN_TARGETS, importable_by_default, keywords, walk_targets
+from service.validate.automodel.targets import KNOWN_TARGETS, importable_by_default, keywords
 from service.validate.automodel.versions import schema
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
@@ -103,7 +103,7 @@ def target_keywords(view: RecipeView) -> Iterator[Violation]:
     from service.validate.rules.targets import TargetNotFound, unknown_kwargs
 
     yield from across(view, target_keywords_check)
-    for key, target, node in walk_targets(view.data):
+    for key, target, node in view.targets:
         names = KNOWN_TARGETS.get(target, None)
         if names is not None:
             bad = [(k, get_close_matches(k, sorted(names), n=3)) for k in keywords(node) if k not in names]
@@ -122,7 +122,7 @@ def target_keywords(view: RecipeView) -> Iterator[Violation]:
 @automodel_rule("RA-A012", "warning", "", "a `_target_` AutoModel imports by default (its loader's allowed "
                 "packages)", "AutoModel config loader (_resolve_target)")
 def target_importable(view: RecipeView) -> Iterator[Violation]:
-    for key, target, _ in walk_targets(view.data):
+    for key, target, _ in view.targets:
         if key == "recipe":
             continue  # RA-A001
         if not importable_by_default(target):

@@ -11,6 +11,7 @@ removed is a warning, and one it never had an error.
 from __future__ import annotations
 
 from difflib import get_close_matches
+from functools import lru_cache
 from typing import Callable, Iterable, Iterator, Optional
 
 from service.validate.automodel.schema import DEFAULT_STRATEGY, DISTRIBUTED_COMMON
@@ -39,28 +40,34 @@ def judged_for(data: dict, stated: Optional[str], source: str) -> Judged:
 def _newest_first_use(known: AutomodelSchema, data: dict) -> int:
     """The first version that has every section, target, keyword and checked key the recipe uses (a name no
     version has says nothing about the version: it is the finding)."""
-    every = range(len(known.versions))
-
-    def first(holds) -> int:
-        return next((i for i in every if holds(i)), 0)
-
     lower = 0
     for name in data:
         read = known.ever_read(str(name))
         lower = max(lower, read[0] if read else 0)
-    for key, target, node in walk_targets(data):
+    for key, target, node in walk_targets(data):  # once per recipe: the view's targets are not built yet
         if target.startswith(PACKAGE) and key != "recipe":
-            words = set(keywords(node))
-            lower = max(lower, first(lambda i: _takes(known.lookup(target, i), words)))
+            lower = max(lower, _first_taking(target, frozenset(keywords(node))))
     for dotted in STRICT_SECTIONS:
         for key in _section(data, dotted) or {}:
-            lower = max(lower, first(lambda i: key in (known.strict_at(dotted, i) or ())))
+            lower = max(lower, _first_accepting(dotted, str(key)))
     dist = _section(data, "distributed") or {}
     strategy = f"distributed@{str(dist.get('strategy', DEFAULT_STRATEGY)).lower()}"
     for key in dist:
         if key not in DISTRIBUTED_COMMON:
-            lower = max(lower, first(lambda i: key in (known.strict_at(strategy, i) or ())))
+            lower = max(lower, _first_accepting(strategy, str(key)))
     return lower
+
+
+@lru_cache(maxsize=4096)
+def _first_taking(target: str, words: frozenset[str]) -> int:
+    known = schema()
+    return next((i for i in range(len(known.versions)) if _takes(known.lookup(target, i), words)), 0)
+
+
+@lru_cache(maxsize=4096)
+def _first_accepting(section: str, key: str) -> int:
+    known = schema()
+    return next((i for i in range(len(known.versions)) if key in (known.strict_at(section, i) or ())), 0)
 
 
 def _takes(found: tuple[str, Optional[frozenset[str]]], words: set[str]) -> bool:
@@ -155,11 +162,10 @@ def _section_check(view: RecipeView, index: int) -> Iterator[Violation]:
                                                                        else "") + ": it is silently ignored",
                                 how or "remove it", key=name)
             continue
-        close = [s for s in get_close_matches(name, sorted(s for s in read if not s.endswith("*")), n=1, cutoff=0.75)
-                 if _edit_distance(name, s) <= 2]
+        close = _near_miss(name, read)
         if close:
-            yield Violation(f"unknown section `{name}:`: {words} reads `{close[0]}:` and ignores this one",
-                            f"rename it to `{close[0]}`", key=name)
+            yield Violation(f"unknown section `{name}:`: {words} reads `{close}:` and ignores this one",
+                            f"rename it to `{close}`", key=name)
 
 
 @automodel_rule("RA-A016", "error", "", "top-level sections the LLM recipe reads at the recipe's AutoModel version "
@@ -169,6 +175,14 @@ def _section_check(view: RecipeView, index: int) -> Iterator[Violation]:
 def sections_known(view: RecipeView) -> Iterator[Violation]:
     if _is_llm_recipe(view.data):
         yield from across(view, _section_check)
+
+
+@lru_cache(maxsize=4096)
+def _near_miss(name: str, read: frozenset[str]) -> Optional[str]:
+    """The section read that ``name`` misspells (edit distance <= 2, as the free-form sections' near misses)."""
+    scored = sorted((_edit_distance(name, s), s) for s in read
+                    if not s.endswith("*") and abs(len(s) - len(name)) <= 2 and len(name) > 3)
+    return scored[0][1] if scored and scored[0][0] <= 2 else None
 
 
 def _edit_distance(a: str, b: str) -> int:
@@ -233,7 +247,7 @@ def _built(known: AutomodelSchema, key: str, target: str, index: int) -> bool:
 
 def _target_check(view: RecipeView, index: int) -> Iterator[Violation]:
     known = schema()
-    for key, target, _ in walk_targets(view.data):
+    for key, target, _ in view.targets:
         if not _built(known, key, target, index):
             continue
         status, _ = known.lookup(target, index)
@@ -255,7 +269,7 @@ def target_exists(view: RecipeView) -> Iterator[Violation]:
 def target_keywords_check(view: RecipeView, index: int) -> Optional[list[Violation]]:
     """Keywords a nemo_automodel target's signature at this version does not take (None: no signature read)."""
     known, out, said = schema(), [], False
-    for key, target, node in walk_targets(view.data):
+    for key, target, node in view.targets:
         if not _built(known, key, target, index):
             continue
         status, names = known.lookup(target, index)

@@ -63,6 +63,7 @@ class AutomodelSchema:
         self.renamed: dict[str, list] = data.get("renamed", {})  # old section -> [new or None, commit, how]
         self._names_by_index: dict[int, dict[str, list[str]]] = {}
         self._lookups: dict[tuple[str, int], tuple[str, Optional[frozenset[str]]]] = {}
+        self._read: dict[int, frozenset[str]] = {}
         self._main = [i for i, v in enumerate(self.versions) if v["kind"] == "main"]
 
     # -- which versions -------------------------------------------------------------------------------------
@@ -106,7 +107,9 @@ class AutomodelSchema:
 
     # -- sections -------------------------------------------------------------------------------------------
     def sections_at(self, index: int) -> frozenset[str]:
-        return frozenset(s for s, spans in self._sections.items() if index in _indices(spans))
+        if index not in self._read:
+            self._read[index] = frozenset(s for s, spans in self._sections.items() if index in _indices(spans))
+        return self._read[index]
 
     def section_read(self, name: str, index: int) -> bool:
         sections = self.sections_at(index)
