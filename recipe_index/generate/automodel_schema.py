@@ -5,8 +5,8 @@
 Versions: every release tag (``vX.Y.Z``, release candidates aside), ``main`` on the 1st and 16th of each month
 from the first commit with the LLM recipe (``recipes/llm/train_ft.py``), ``main``'s newest commit, and each
 ``main`` commit that changed the top-level sections the LLM recipe reads (so a renamed section is placed at its
-commit, e.g. ``autopipeline:`` -> ``distributed.pipeline`` in 194103bfc). Between two snapshots a date is
-judged under both (``service.validate.automodel.versions``), so a callable added mid-month is never refused.
+commit, e.g. ``autopipeline:`` -> ``distributed.pipeline`` in 194103bfc). A date is judged under the snapshots
+around its day (``service.validate.automodel.versions``), so a callable added mid-month is never refused.
 
 Per version: the top-level sections the LLM recipe and the CLI read, the keys of the sections AutoModel checks
 (its ``StepScheduler``'s keywords, ``PipelineConfig``'s and ``MoEParallelizerConfig``'s fields under

@@ -103,7 +103,7 @@ def across(view: RecipeView, check: Check) -> Iterator[Violation]:
                             f"write the AutoModel version this runs on as {VERSION_KEY} (or pass "
                             f"--automodel-version); under those versions: {_text(violation.fix)}",
                             severity="warning", key=violation.key)
-        # a stated date between two snapshots: a finding under one of them only is not sure either way
+        # a stated date: a finding under only some of the snapshots around its day is not sure either way
 
 
 def _text(fix) -> str:
