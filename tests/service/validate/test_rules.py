@@ -189,6 +189,7 @@ def test_every_registered_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"RA-C003", "RA-C014"}  # raw YAML / the --gpus flag: tests below
     covered |= {"RA-L019"}  # needs a bundled model with a layout table: tests/service/validate/test_pipeline_split.py
     covered |= {"RA-G007"}  # needs a bundled vision-language model: tests/service/validate/test_pitfall_rules.py
+    covered |= {"RA-C015"}  # a Megatron Bridge ConfigContainer's peft: tests/service/validate/test_bridge_peft.py
     covered |= AUTOMODEL_COVERED  # AutoModel recipes: tests/service/validate/test_automodel_dialect.py
     registered = {r.code for r in all_rules()}
     assert registered == covered, registered ^ covered
