@@ -65,7 +65,7 @@ LM_ALIASES = {
 # Megatron settings the pitfall rules read (service/validate/rules/pitfalls.py), kept under `model:`.
 MODEL_SETTINGS = ("cuda_graph_impl", "cuda_graph_scope", "use_te_rng_tracker", "cp_comm_type",
                   "hierarchical_context_parallel_sizes", "overlap_grad_reduce")
-DATASET_SETTINGS = ("pad_to_max_length", "offline_packing_specs")
+DATASET_SETTINGS = ("pad_to_max_length", "offline_packing_specs", "enable_in_batch_packing")
 BRIDGE_SECTIONS = {"micro_batch_size": "train", "global_batch_size": "train", "train_iters": "train",
                    "overlap_grad_reduce": "ddp",
                    "lr": "optimizer", "use_distributed_optimizer": "ddp", "use_megatron_fsdp": "ddp",

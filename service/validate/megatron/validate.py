@@ -108,4 +108,5 @@ def _judge(reading: Reading, path: str, gpus: Optional[int] = None, gpu_type: Op
             finding.key = reading.names[finding.key]
         elif finding.key is not None and finding.key not in reading.positions:
             finding.line = finding.column = None  # a key the dialect did not write: no line of the file holds it
+            finding.key = dict(spelled).get(finding.key, finding.key)  # but its name is the dialect's
     return findings
