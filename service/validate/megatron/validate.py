@@ -107,6 +107,7 @@ def _judge(reading: Reading, path: str, gpus: Optional[int] = None, gpu_type: Op
         if finding.key in reading.names:
             finding.key = reading.names[finding.key]
         elif finding.key is not None and finding.key not in reading.positions:
-            finding.line = finding.column = None  # a key the dialect did not write: no line of the file holds it
+            if finding.at not in reading.positions:  # a key the dialect did not write: no line of the file holds it
+                finding.line = finding.column = None
             finding.key = dict(spelled).get(finding.key, finding.key)  # but its name is the dialect's
     return findings

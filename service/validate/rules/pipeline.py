@@ -67,7 +67,7 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
         "rank's layers % VP == 0) at start-up",
         f"set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model config), or pick "
         f"PP x VP dividing {layers}",
-        key=_split_key(settings))  # the key its fix sets (not in the file yet: the finding points at `model:`)
+        key=_split_key(settings), at="distributed.pp_size")  # the key its fix sets, at the line that broke it
     if f.extra.get("planner"):  # the config builder writes the split with the layout (config_build._place_layers)
         return replace(violation, severity="warning")
     return violation

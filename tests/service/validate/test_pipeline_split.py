@@ -59,6 +59,7 @@ def test_layers_that_do_not_divide_are_an_error_fixed_by_the_split_megatron_take
     (error,) = split_findings("llama3-8b", 5, 1, nodes=5)
     assert error.severity == "error" and "under `model:`" in error.fix
     assert error.key == "model.num_layers_in_first_pipeline_stage"  # the key its fix sets, not yet in the file
+    assert error.line == 5  # at pp_size, the value that broke the split (an inline ignore there accepts it)
     assert "num_layers_in_first_pipeline_stage=5 and num_layers_in_last_pipeline_stage=6" in error.fix
     right = "  num_layers_in_first_pipeline_stage: 5\n  num_layers_in_last_pipeline_stage: 6\n"
     assert split_findings("llama3-8b", 5, 1, nodes=5, model_keys=right) == []
