@@ -59,8 +59,8 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
         return None if stage_layer_counts(layers, lay.pp, lay.vp_or_1) is not None else _no_split(f)
     settings = megatron_split_settings(layers, lay.pp, lay.vp_or_1)
     violation = _vp_breaks_split(f, settings is not None)
-    if violation is None and settings is None:
-        return _no_split(f)
+    if settings is None:  # no split places them: an error for the planner's facts too
+        return violation or _no_split(f)
     violation = violation or Violation(
         f"{layers} decoder layers of {f.model.id} do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
         f"{stages} stages and nothing places them otherwise: Megatron-Core asserts layers % PP == 0 (and each "
