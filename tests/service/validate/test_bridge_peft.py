@@ -105,3 +105,15 @@ def test_other_keys_and_other_classes_are_left_alone():
                                          gpus=8).findings if f.code == "RA-C015"]
     other = LLAMA_70B + "peft:\n  _target_: my_lab.peft.Adapter\n  rank: 8\n"
     assert not [f for f in validate_text(other, "b.yaml", gpus=8).findings if f.code == "RA-C015"]
+
+
+def test_run_recipe_overrides_set_peft_fields_at_the_commands_line(tmp_path):
+    from service.validate.document import validate_file
+
+    (tmp_path / "dump.yaml").write_text(LLAMA_70B + LORA)
+    script = tmp_path / "launch.sh"
+    script.write_text("torchrun --nproc_per_node 8 run_recipe.py --config-file dump.yaml \\\n"
+                      "    peft.dim=0 peft.lora_alpha=64\n")
+    findings = validate_file(str(script), gpus=8).findings
+    assert {(f.code, f.key, f.line) for f in findings if f.severity == "error"} == {
+        ("RA-C002", "peft.dim", 2), ("RA-C015", "peft.lora_alpha", 2)}
