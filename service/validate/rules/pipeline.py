@@ -81,11 +81,12 @@ def _vp_breaks_split(f: Facts, split_exists: bool) -> Optional[Violation]:
         return None
     per_rank = layers // lay.pp
     chunks = [d for d in divisors(per_rank) if 1 < d <= 16]
-    offer = f"set distributed.vp_size to {' or '.join(map(str, chunks))}" if chunks else "leave distributed.vp_size out"
+    offer = (f"set distributed.vp_size to {' or '.join(map(str, chunks))} (divisors of {per_rank}), or leave it out"
+             if chunks else "leave distributed.vp_size out")
     return Violation(f"{layers} decoder layers of {f.model.id} divide over PP={lay.pp} ({per_rank} per rank) but a "
                      f"rank's {per_rank} not into VP={lay.vp_or_1} chunks: Megatron-Core asserts each rank's layers "
                      "% VP == 0 at start-up",
-                     f"{offer} (divisors of {per_rank})" + (
+                     offer + (
                          f", or set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model "
                          "config)" if split_exists else ""), key="distributed.vp_size")
 
