@@ -8,6 +8,15 @@ from service.validate.rules.registry import Violation, config_rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from service.validate.view import ConfigView
+    from trainer.contract.config import RecipeConfig
+
+
+def _packing_on_megatron(view: "ConfigView", switch: str) -> Optional["RecipeConfig"]:
+    """The config when Megatron Bridge runs it with ``dataset.<switch>: true``, else None."""
+    cfg = view.config
+    if cfg is None or cfg.distributed.strategy != "megatron" or (cfg.dataset.model_extra or {}).get(switch) is not True:
+        return None
+    return cfg
 
 
 @config_rule("RA-B002", "error", "step_scheduler.local_batch_size",
@@ -15,13 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
              "Bridge ConfigContainer.validate(): 'Micro batch size should be 1 when training with packed "
              "sequence' (Megatron Bridge, Sequence packing)")
 def packed_sequence_micro_batch(view: "ConfigView") -> Optional[Violation]:
-    cfg = view.config
-    if cfg is None or cfg.distributed.strategy != "megatron":
+    cfg = _packing_on_megatron(view, "packed_sequence")
+    if cfg is None or cfg.step_scheduler.local_batch_size <= 1:
         return None
-    packed = (cfg.dataset.model_extra or {}).get("packed_sequence")
     mbs, gbs = cfg.step_scheduler.local_batch_size, cfg.step_scheduler.global_batch_size
-    if packed is not True or mbs <= 1:
-        return None
     return Violation(
         f"dataset.packed_sequence: true with step_scheduler.local_batch_size {mbs}: a pack already holds several "
         "samples, and Megatron Bridge refuses a micro batch above 1 with offline packing at start-up",
@@ -34,11 +40,8 @@ def packed_sequence_micro_batch(view: "ConfigView") -> Optional[Violation]:
              "Bridge training/config.py ConfigContainer.validate(): 'micro_batch_size should be greater than 1 when "
              "using enable_in_batch_packing=True' (ValueError)")
 def in_batch_packing_micro_batch(view: "ConfigView") -> Optional[Violation]:
-    cfg = view.config
-    if cfg is None or cfg.distributed.strategy != "megatron":
-        return None
-    dataset = cfg.dataset.model_extra or {}
-    if dataset.get("enable_in_batch_packing") is not True or cfg.step_scheduler.local_batch_size != 1:
+    cfg = _packing_on_megatron(view, "enable_in_batch_packing")
+    if cfg is None or cfg.step_scheduler.local_batch_size != 1:
         return None
     gbs = cfg.step_scheduler.global_batch_size
     # Keyed to the packing switch: the micro batch is the memory-sized value, the packing what the recipe turned on
