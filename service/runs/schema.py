@@ -12,7 +12,8 @@ import hashlib
 import json
 import math
 from datetime import datetime, timezone
-from typing import Literal, Optional
+from functools import lru_cache
+from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,6 +30,43 @@ MAX_TEXT = 4096  # a label, version, command or detail
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        """A number field takes a number: "1.5" or true is refused, not read as 1.5 or 1 (pydantic's lax mode
+        would), so a job's epilogue that writes a figure as text learns it instead of storing a guess."""
+        if isinstance(data, dict):
+            for name in _number_fields(cls):
+                if _not_a_number(data.get(name)):
+                    raise ValueError(f"{name} must be a number, got {data[name]!r}")
+            for name in _time_fields(cls):
+                if isinstance(data.get(name), (int, float)):  # pydantic would read a number as Unix seconds
+                    raise ValueError(f"{name} must be an ISO 8601 date-time string, got {data[name]!r}")
+        return data
+
+
+@lru_cache(maxsize=None)
+def _number_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields holding numbers, or lists of numbers or of tuples of numbers."""
+    def numeric(annotation: Any) -> bool:
+        if annotation in (int, float):
+            return True
+        args = [a for a in get_args(annotation) if a is not type(None) and a is not Ellipsis]
+        return bool(args) and all(numeric(a) for a in args)
+    return tuple(name for name, field in model.model_fields.items() if numeric(field.annotation))
+
+
+@lru_cache(maxsize=None)
+def _time_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(name for name, field in model.model_fields.items()
+                 if field.annotation is datetime or datetime in get_args(field.annotation))
+
+
+def _not_a_number(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_not_a_number(v) for v in value)
+    return isinstance(value, (str, bool))
 
 
 def _finite_non_negative(value: Optional[float], name: str) -> Optional[float]:

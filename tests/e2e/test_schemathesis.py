@@ -19,9 +19,10 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 # positive-data check would count as "valid data rejected": JSON Schema can say "a string", not
 # "a string that parses as a YAML mapping" (validate, diff), nor "a model that fits on some GPU
 # count" (recommend answers 400 with the count that would work), nor "GPUs per node within the node
-# size of this GPU type" (plan and recommend answer 400 naming gpus). Every other check (no 5xx,
-# documented status, response schema, content type, invalid data rejected) still runs on them.
-MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend", "/v1/plan", "/v1/tune"}
+# size of this GPU type" (plan and recommend answer 400 naming gpus), nor "a completed run has a step
+# time, p10 <= median <= p90, a model the index knows" (runs answer 422 naming the field). Every other
+# check (no 5xx, documented status, response schema, content type, invalid data rejected) still runs on them.
+MAY_REJECT_VALID_SHAPES = {"/v1/validate", "/v1/diff", "/v1/recommend", "/v1/plan", "/v1/tune", "/v1/runs"}
 # A YAML or plain-text body is text on the wire: a "negative" case that swaps the schema's string for a
 # mapping is serialised to YAML text, which is a valid body (a config), so it cannot be rejected for type.
 TEXT_MEDIA_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")

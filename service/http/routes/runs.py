@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from service.http.errors import client_error
 from service.http.limits import StrictRequestRoute
 from service.http.runs_access import authorized, require_token
+from service.http.schemas.responses import ErrorResponse
 from service.runs.advice import reading_store, writing_store
 from service.runs.errors import RunInputError
 from service.runs.ingest import prepared
@@ -38,7 +39,7 @@ class RunList(BaseModel):
 
 
 def _unusable(err: RunInputError):
-    return client_error(422, err.problem + (f"; {err.fix}" if err.fix else ""), err.where)
+    return client_error(400, err.problem + (f"; {err.fix}" if err.fix else ""), err.where)
 
 
 def _public(run: RunRecord, request: Request) -> RunRecord:
@@ -51,7 +52,10 @@ TOKEN_REFUSED = {401: {"description": "A token is required and was not sent (or 
 # The token is checked as a dependency: before the body is read, so a request without it learns nothing else.
 @router.post("/v1/runs", response_model=RunAdded, status_code=201, summary="Record a measured run",
              dependencies=[Depends(require_token)],
-             responses={200: {"model": RunAdded, "description": "The same run was stored before."}, **TOKEN_REFUSED})
+             responses={200: {"model": RunAdded, "description": "The same run was stored before."},
+                        400: {"model": ErrorResponse, "description": "A run the store cannot use: a model or GPU type "
+                              "the index does not know, fields that disagree (the detail names the field)."},
+                        **TOKEN_REFUSED})
 def add_run(record: RunRecord):
     try:
         run_id, created = writing_store().add(prepared(record.model_copy(update={"id": None, "recorded_at": None})))
@@ -82,13 +86,16 @@ def _found(run_id: int) -> RunRecord:
     return run
 
 
-@router.get("/v1/runs/{run_id}", response_model=RunRecord, summary="One run in full")
+NO_SUCH_RUN = {404: {"model": ErrorResponse, "description": "No run of this id in the store."}}
+
+
+@router.get("/v1/runs/{run_id}", response_model=RunRecord, summary="One run in full", responses=NO_SUCH_RUN)
 def get_run(run_id: int, request: Request):
     return _public(_found(run_id), request).model_dump(mode="json")
 
 
 @router.delete("/v1/runs/{run_id}", status_code=204, summary="Delete a run", dependencies=[Depends(require_token)],
-               responses=TOKEN_REFUSED)
+               responses={**TOKEN_REFUSED, **NO_SUCH_RUN})
 def delete_run(run_id: int):
     _found(run_id)
     writing_store().delete(run_id)

@@ -68,7 +68,7 @@ def test_a_bad_run_is_refused_naming_its_field(api, change, field):
 def test_an_unknown_model_is_refused_naming_the_field(api):
     client, db = api
     response = client.post("/v1/runs", json=body(1, request__model="llama-99b"))
-    assert response.status_code == 422 and response.json()["field"] == "request.model"
+    assert response.status_code == 400 and response.json()["field"] == "request.model"
     assert RunsStore(str(db)).count() == 0
 
 
