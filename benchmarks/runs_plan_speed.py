@@ -2,7 +2,7 @@
 
 Stores of RUNS runs are written once: one of other models, GPU types and clusters only; one where 3 % are of the
 planned request (the layouts of its first rows) and 2 % more of its cluster, so its group is calibrated and rows
-are measured. plan then reads each (measured_yours of each row, the calibration of its group: fitted on the first
+are measured. plan then reads each (measured.yours of each row, the calibration of its group: fitted on the first
 call and kept in the store, read afterwards). Reported: the minimum over repeats of process CPU time of plan and
 the store's part, against an empty store (target <= 1.2x), plus the first call's fit.
 
@@ -92,7 +92,7 @@ def measure_request(case: tuple, runs: int, repeats: int) -> None:
         start = time.process_time()
         result = with_runs(plan(request), mine)  # the first call fits the group's calibration and keeps it
         first = time.process_time() - start
-        measured = sum(1 for row in result.layouts if result.runs.row_fields(row)["measured_yours"])
+        measured = sum(1 for row in result.layouts if result.runs.yours(row))
         alone = cpu_seconds(request, None, repeats)
         base = cpu_seconds(request, empty, repeats)
         other = cpu_seconds(request, elsewhere, repeats)

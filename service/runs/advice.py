@@ -1,4 +1,4 @@
-"""The runs store beside every plan: each row's own measurements (``measured_yours``), the ranking by measurement
+"""The runs store beside every plan: each row's own measurements (``measured.yours``), the ranking by measurement
 where a layout was measured, and the estimate calibrated on the user's runs where a group holds enough of them.
 
 ``with_runs(plan, store)`` returns a new Plan (a cached plan is never changed) carrying a ``RunsView``; the
@@ -118,11 +118,14 @@ class RunsView:
     calibrated: dict[tuple, float] = field(default_factory=dict)  # row key -> calibrated tokens/s/GPU
     reranked: bool = False
 
-    def row_fields(self, row: PlannedLayout) -> dict:
-        """What a published row carries from the store (service.plan.provenance.row_dict)."""
+    def yours(self, row: PlannedLayout) -> Optional[dict]:
+        """The row's measurements in the store (a row's ``measured.yours``), None when it holds none."""
+        return self.measured.get(row_key(row))
+
+    def calibrated_speed(self, row: PlannedLayout) -> Optional[float]:
+        """The row's calibrated tokens/s/GPU as published (6 significant digits), None when not calibrated."""
         speed = self.calibrated.get(row_key(row))
-        return {"measured_yours": self.measured.get(row_key(row)),
-                "calibrated_tokens_per_s_per_gpu": None if speed is None else float(f"{speed:.6g}")}
+        return None if speed is None else float(f"{speed:.6g}")
 
     def describe(self) -> Optional[str]:
         parts = []
