@@ -79,14 +79,15 @@ def test_enough_runs_calibrate_the_estimates_and_the_answer_says_so(planned, sto
     result = with_runs(planned, store)
     answer = plan_json(result, None)
     assert answer["calibration"].startswith(f"{len(LAYOUTS)} layout(s) measured in your runs store")
-    assert f"calibrated on {len(LAYOUTS)} of your runs on cpu (bundled)" in answer["calibration"]
+    assert f"calibrated on {len(LAYOUTS)} of your runs of the tiny family on cpu (bundled)" in answer["calibration"]
     assert "the model's own calibration: not calibrated for CPUs" in answer["calibration"]
     unmeasured = [row for row in answer["layouts"] if row["measured"] is None and row["fits"]]
     assert unmeasured and all(row["calibrated_tokens_per_s_per_gpu"] for row in unmeasured)
     # the fitted calibration is kept, and fitted again only when the runs change
-    assert store.cached_calibration("cpu|bundled|-|dense", len(LAYOUTS), len(LAYOUTS)) is not None
+    kept = ["cpu|bundled|-|dense", "cpu|bundled|-|dense|tiny"]  # the dense group's fit and the family's
+    assert set(store.cached_calibrations(kept, len(LAYOUTS), len(LAYOUTS))) == set(kept)
     store.delete(1)
-    assert store.cached_calibration("cpu|bundled|-|dense", len(LAYOUTS), len(LAYOUTS)) is None
+    assert store.cached_calibrations(kept, len(LAYOUTS), len(LAYOUTS)) == {}
 
 
 def test_too_few_runs_leave_the_estimates_uncalibrated_and_say_so(planned, store):
