@@ -145,7 +145,7 @@ def calibration_for(store: RunsStore, request: PlanRequest, conn: Optional[sa.Co
     moe = model_shape(request.model).is_moe
     kind_key = group_key(cluster, request.hardware.name, request.engine, release, moe)
     family = request.model.family
-    fits = {kind_key: None}  # group key -> the models its runs are of
+    fits = {kind_key: None}  # group key -> the family its fit reads (None: every model of the kind)
     family_key = f"{kind_key}|{family}" if family else None
     if family_key:
         fits[family_key] = family
