@@ -147,10 +147,20 @@ class PlannedLayout:
         return self._memory
 
     @property
+    def components(self) -> tuple:
+        """StepTimeModel.components of the row: (step, compute, bubble, TP, CP, EP, PP, DP, optimizer, MoE
+        unattributed) seconds; the planner's own where it ranked the row by them."""
+        if self._components is None:
+            lay = self.layout
+            self._components = self._estimators.time.components(lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp,
+                                                                 lay.sp, lay.micro_batch_size, lay.recompute,
+                                                                 self.sharding)
+        return self._components
+
+    @property
     def time(self) -> StepTime:
         if self._time is None:
-            self._time = (self._estimators.time.estimate(self.layout, self.sharding) if self._components is None
-                          else self._estimators.time.step_time(self._components))
+            self._time = self._estimators.time.step_time(self.components)
         return self._time
 
     @property

@@ -9,7 +9,6 @@ a plan is returned as it is, at no cost.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -67,13 +66,20 @@ def plan_request_key(request: PlanRequest) -> str:
                        request.engine)
 
 
-def measured_summary(runs: list[tuple], newest: dict[int, Optional[str]]) -> dict:
-    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids and clusters;
-    ``runs``: (id, label, step_time_s, tokens_per_s_per_gpu) tuples; ``newest``: id -> when recorded."""
-    ids, labels, steps, speeds = zip(*runs)
-    median = statistics.median(speeds)
-    return {"count": len(runs), "newest": newest.get(max(ids)), "tokens_per_s_per_gpu": round(median, 6),
-            "step_time_s": round(statistics.median(steps), 6), "spread": round((max(speeds) - min(speeds)) / median, 4),
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def measured_summary(ids: list[int], labels: list[str], steps: list[float], speeds: list[float],
+                     newest: Optional[str]) -> dict:
+    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids and clusters,
+    of one layout's runs (``ids``, their cluster ``labels``, step times and tokens/s/GPU; when the newest was
+    recorded)."""
+    median = _median(speeds)
+    return {"count": len(ids), "newest": newest, "tokens_per_s_per_gpu": round(median, 6),
+            "step_time_s": round(_median(steps), 6), "spread": round((max(speeds) - min(speeds)) / median, 4),
             "run_ids": sorted(ids)[-10:], "clusters": sorted(set(labels))}
 
 
@@ -109,25 +115,23 @@ _c = runs_table.c
 MEASURED = (sa.select(_c.layout_key, sa.func.aggregate_strings(sa.cast(_c.id, sa.String), ","),
                       sa.func.aggregate_strings(sa.func.coalesce(_c.cluster, _c.gpu_type), "\x1f"),
                       sa.func.aggregate_strings(sa.cast(_c.step_time_s, sa.String), ","),
-                      sa.func.aggregate_strings(sa.cast(_c.tokens_per_s_per_gpu, sa.String), ","))
+                      sa.func.aggregate_strings(sa.cast(_c.tokens_per_s_per_gpu, sa.String), ","),
+                      sa.func.max(_c.recorded_at))
             .where(_c.request_key == sa.bindparam("request_key"), _c.outcome == "completed", _c.source == "yours",
                    _c.tokens_per_s_per_gpu.is_not(None))
             .group_by(_c.layout_key))
-RECORDED = sa.select(_c.id, _c.recorded_at).where(_c.id.in_(sa.bindparam("ids", expanding=True)))
 
 
 def _measured_rows(conn: sa.Connection, result: Plan) -> dict[tuple, dict]:
     """The request's completed runs of your own, by layout: aggregated in the database (one row per layout), from
-    the columns plan needs (no record parsed)."""
-    by_key = {}
-    for layout_key, ids, labels, steps, speeds in conn.execute(
+    the columns plan needs (no record parsed; the covering index ix_runs_measured holds them all)."""
+    measured = {}
+    for layout_key, ids, labels, steps, speeds, newest in conn.execute(
             MEASURED, {"request_key": plan_request_key(result.request)}).all():
-        by_key[layout_key] = list(zip(map(int, ids.split(",")), labels.split("\x1f"), map(float, steps.split(",")),
-                                      map(float, speeds.split(","))))
-    newest_ids = [max(run[0] for run in runs) for runs in by_key.values()]
-    newest = {run_id: when.isoformat() if when else None
-              for run_id, when in conn.execute(RECORDED, {"ids": newest_ids}).all()} if newest_ids else {}
-    return {_layout_key_tuple(key): measured_summary(runs, newest) for key, runs in by_key.items()}
+        measured[_layout_key_tuple(layout_key)] = measured_summary(
+            [int(i) for i in ids.split(",")], labels.split("\x1f"), [float(t) for t in steps.split(",")],
+            [float(v) for v in speeds.split(",")], newest.isoformat() if newest else None)
+    return measured
 
 
 def _layout_key_tuple(text: str) -> tuple:
@@ -139,7 +143,7 @@ def _layout_key_tuple(text: str) -> tuple:
 def _calibrated_speed(row: PlannedLayout, calibration: Calibration) -> Optional[float]:
     if not row.fits:
         return None
-    step = predict(calibration.report.theta, features(row.time, row.grad_accumulation_steps))
+    step = predict(calibration.report.theta, features(row.components, row.grad_accumulation_steps))
     return row.estimators.time.tokens_per_s_per_gpu(step) if step > 0 else None
 
 

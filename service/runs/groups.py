@@ -100,25 +100,19 @@ def _in_group(no_cluster: bool, no_release: bool) -> tuple:
             _c.release.is_(None) if no_release else _c.release == sa.bindparam("release"))
 
 
-NEWEST_OF_MINE = sa.select(_c.cluster, _c.release).where(*_MINE).order_by(_c.id.desc()).limit(1)
-GROUP_COUNTS = {(no_cluster, no_release): sa.select(sa.func.count(), sa.func.max(_c.id)).where(
-    *_in_group(no_cluster, no_release)) for no_cluster in (False, True) for no_release in (False, True)}
+# Each group of your runs on a GPU type and engine, the newest first: its cluster, release, runs and newest id (one
+# pass over the covering index ix_runs_groups).
+NEWEST_GROUP = (sa.select(_c.cluster, _c.release, sa.func.count(), sa.func.max(_c.id)).where(*_MINE)
+                .group_by(_c.cluster, _c.release).order_by(sa.func.max(_c.id).desc()).limit(1))
 FIT_RUNS = {(no_cluster, no_release): sa.select(_c.id, _c.record).where(
     *_in_group(no_cluster, no_release), _c.model.in_(sa.bindparam("models", expanding=True)))
     .order_by(_c.id.desc()).limit(MAX_FIT_RUNS) for no_cluster in (False, True) for no_release in (False, True)}
 
 
 def _newest_group(conn: sa.Connection, request: PlanRequest) -> Optional[tuple]:
-    """(cluster, release, runs, newest id) of the group of your newest completed run on this GPU type and engine:
-    two index lookups (the group's count reads the covering index ix_runs_groups alone)."""
-    mine = {"gpu_type": request.hardware.name, "engines": _engines(request.engine)}
-    newest = conn.execute(NEWEST_OF_MINE, mine).first()
-    if newest is None:
-        return None
-    cluster, release = newest
-    count, newest_id = conn.execute(GROUP_COUNTS[(cluster is None, release is None)],
-                                    {**mine, "cluster": cluster, "release": release}).one()
-    return cluster, release, count, newest_id
+    """(cluster, release, runs, newest id) of the group of your newest completed run on this GPU type and engine."""
+    found = conn.execute(NEWEST_GROUP, {"gpu_type": request.hardware.name, "engines": _engines(request.engine)}).first()
+    return None if found is None else tuple(found)
 
 
 def _fit_runs(conn: sa.Connection, request: PlanRequest, cluster: Optional[str], release: Optional[str],

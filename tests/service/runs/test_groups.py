@@ -11,7 +11,7 @@ from service.plan.planner import make_request, plan
 from service.plan.report import plan_json
 from service.runs.advice import with_runs
 from service.runs.calibration import features, micro_batches
-from service.runs.estimate import run_estimate
+from service.runs.estimate import run_components
 from service.runs.groups import Calibration, calibration_for
 from service.runs.schema import RunRecord
 from service.runs.store import RunsStore
@@ -39,7 +39,7 @@ def machine_time(x: list[float], machine: tuple) -> float:
 
 def slowed(record: RunRecord, machine: tuple) -> RunRecord:
     """The run as ``machine`` measures it."""
-    step = machine_time(features(run_estimate(record), micro_batches(record)), machine)
+    step = machine_time(features(run_components(record), micro_batches(record)), machine)
     return record.model_copy(update={"measurement": record.measurement.model_copy(update={"step_time_s": step})})
 
 
@@ -60,7 +60,7 @@ def calibrated_errors(model: str, store: RunsStore, machine: tuple) -> tuple[str
     for row in result.layouts:
         speed = result.runs.calibrated_speed(row)
         if speed is not None and result.runs.yours(row):
-            truth = machine_time(features(row.time, row.grad_accumulation_steps), machine)
+            truth = machine_time(features(row.components, row.grad_accumulation_steps), machine)
             errors.append(abs(row.estimators.time.tokens_per_s_per_gpu(truth) / speed - 1))
     return plan_json(result, 3)["calibration"], errors
 
