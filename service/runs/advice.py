@@ -147,21 +147,21 @@ def _calibrated_speed(row: PlannedLayout, calibration: Calibration) -> Optional[
     return row.estimators.time.tokens_per_s_per_gpu(step) if step > 0 else None
 
 
-def _rank_speed(row: PlannedLayout, view: RunsView) -> Optional[float]:
-    """What a fitting row ranks by: its measurement, else its calibrated estimate, else (no calibration applies)
-    its estimate; None for a row past MAX_CALIBRATED_ROWS of a calibrated plan, which keeps its place after."""
-    key = row_key(row)
-    if key in view.measured:
-        return view.measured[key]["tokens_per_s_per_gpu"]
-    if view.calibrated:
-        return view.calibrated.get(key)
-    return row.tokens_per_s or 0.0
-
-
 def _reranked(fitting: list[PlannedLayout], view: RunsView) -> list[PlannedLayout]:
-    speeds = [(_rank_speed(row, view), row) for row in fitting]
-    ranked = sorted(((speed, row) for speed, row in speeds if speed is not None), key=lambda pair: -pair[0])
-    return [row for _, row in ranked] + [row for speed, row in speeds if speed is None]
+    """Fitting rows by what they rank by: their measurement, else their calibrated estimate, else (no calibration
+    applies) their estimate; a row past MAX_CALIBRATED_ROWS of a calibrated plan keeps its place after them."""
+    ranked, after = [], []
+    for row in fitting:
+        key = row_key(row)
+        own = view.measured.get(key)
+        speed = (own["tokens_per_s_per_gpu"] if own is not None else view.calibrated.get(key) if view.calibrated
+                 else row.tokens_per_s or 0.0)
+        if speed is None:
+            after.append(row)
+        else:
+            ranked.append((speed, row))
+    ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep the planner's order
+    return [row for _, row in ranked] + after
 
 
 def with_runs(result: Plan, store: Optional[RunsStore]) -> Plan:
