@@ -45,6 +45,9 @@ def add_parser(subparsers, name: str) -> None:
     p.add_argument("--bridge-version", help="the Megatron Bridge release (0.5.1) or checkout date (2026-07-01) whose "
                                             "defaults to assume, over the file's metadata.bridge_version (an unset "
                                             "etp_size means TP before v0.6.0, 1 from it)")
+    p.add_argument("--automodel-version", help="the NeMo AutoModel release (0.4.0) or checkout date (2026-05-01) "
+                                               "whose schema an AutoModel recipe is judged by, over its "
+                                               "metadata.automodel_version (sections, keys and _target_ names)")
     p.add_argument("--model-config", metavar="CONFIG_JSON",
                    help="read the model's architecture from this config.json (file or folder), offline, whatever "
                         "name the config gives its model: for a model the index has no card for")
@@ -148,6 +151,16 @@ def check_model_config(path: Optional[str]) -> None:
         raise BadArgument(f"--model-config {path}: {err}") from None
 
 
+def check_automodel_version(version: Optional[str]) -> None:
+    from service.validate.automodel.versions import schema
+
+    if version is not None:
+        try:
+            schema().judged(version)
+        except ValueError as err:
+            raise BadArgument(f"--automodel-version: {err}") from None
+
+
 def check_bridge_version(version: Optional[str]) -> None:
     from trainer.contract.bridge_version import parse_bridge_version
 
@@ -219,6 +232,7 @@ def run(args) -> int:
         check_hardware_argument(args.gpu_type)
         check_counts(args.gpus, args.nodes)
         check_bridge_version(args.bridge_version)
+        check_automodel_version(args.automodel_version)
         check_model_config(args.model_config)
         baseline = _read_baseline(args.baseline)
     except BadArgument as err:
@@ -226,7 +240,7 @@ def run(args) -> int:
         return EXIT_UNUSABLE
     files, missing, empty = expand_paths(p for p in args.paths if p != STDIN)
     flags = {"gpus": args.gpus, "gpu_type": args.gpu_type, "nodes": args.nodes, "dialect": args.dialect,
-             "bridge_version": args.bridge_version}
+             "bridge_version": args.bridge_version, "automodel_version": args.automodel_version}
     if args.model_config:
         flags["resolve_model"] = config_json_resolver(args.model_config)
     reports = [validate_stdin(**flags)] if STDIN in args.paths else []

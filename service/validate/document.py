@@ -36,12 +36,14 @@ class BadArgument(ValueError):
 
 def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                       nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
-                      dialect: Optional[str] = None, text: str = "", bridge_version: Optional[str] = None
-                      ) -> list[Finding]:
+                      dialect: Optional[str] = None, text: str = "", bridge_version: Optional[str] = None,
+                      automodel_version: Optional[str] = None) -> list[Finding]:
     """Every finding on one config. ``dialect``: ``recipe-advisor``, ``automodel`` (NeMo AutoModel's recipes,
     service/validate/automodel), or None/``auto`` to tell from the file; ``text``: the file's text, whose
     comment header an AutoModel recipe states its GPU count in; ``bridge_version``: the Megatron Bridge release
-    whose defaults to assume (else the config's ``metadata.bridge_version``; service/validate/readings.py)."""
+    whose defaults to assume (else the config's ``metadata.bridge_version``; service/validate/readings.py);
+    ``automodel_version``: the AutoModel release or date whose schema an AutoModel recipe is judged by (else its
+    ``metadata.automodel_version``; service/validate/automodel/versions.py)."""
     deferred_fixes: dict[int, Callable[[], str]] = {}
     from service.validate.megatron.dialect import BRIDGE, detect_megatron
 
@@ -50,7 +52,8 @@ def validate_document(doc: Document, gpus: Optional[int] = None, gpu_type: Optio
 
         findings = bridge_findings(doc, gpus=gpus, gpu_type=gpu_type, nodes=nodes, bridge_version=bridge_version)
     elif (dialect if dialect not in (None, AUTO) else detect(doc.data)) == AUTOMODEL:
-        findings = automodel_findings(doc, text, deferred_fixes, gpus, gpu_type, nodes, resolve_model)
+        findings = automodel_findings(doc, text, deferred_fixes, gpus, gpu_type, nodes, resolve_model,
+                                      automodel_version)
     else:
         findings = native_findings(doc, gpus, gpu_type, nodes, resolve_model, bridge_version, deferred_fixes)
     return finished(findings, deferred_fixes)
@@ -64,7 +67,7 @@ def unusable_finding(err: YamlError) -> Finding:
 def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None, gpu_type: Optional[str] = None,
                   nodes: Optional[int] = None, resolve_model: Optional[ModelResolver] = None,
                   dialect: Optional[str] = None, bridge_version: Optional[str] = None,
-                  local_files: bool = False) -> FileReport:
+                  local_files: bool = False, automodel_version: Optional[str] = None) -> FileReport:
     """Validate one document. Raises YamlError when it is not a usable config at all.
 
     ``resolve_model`` replaces ``recipe_index.resolve_model`` for the model the config names;
@@ -80,7 +83,8 @@ def validate_text(text: str, path: str = "<request>", gpus: Optional[int] = None
         return FileReport(path=path, findings=apply_inline(findings, text))
     doc = load_yaml(text, path)
     return FileReport(path=path, findings=apply_inline(
-        validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text, bridge_version), text))
+        validate_document(doc, gpus, gpu_type, nodes, resolve_model, dialect, text, bridge_version,
+                          automodel_version), text))
 
 
 def validate_file(path: str, **kwargs) -> FileReport:

@@ -62,6 +62,9 @@ async def validate(
     nodes: Annotated[Optional[int], Query(ge=1, le=m.MAX_NODES, description="Nodes (raw YAML body).")] = None,
     dialect: Annotated[m.DIALECT, Query(description="auto, recipe-advisor, automodel, megatron-bridge or "
                                                     "megatron-lm (raw body).")] = "auto",
+    automodel_version: Annotated[Optional[str], Query(min_length=1, max_length=m.MAX_NAME,
+                                                      description="AutoModel release or date (raw YAML body).")
+                                 ] = None,
 ) -> m.ValidateResponse:
     body = await request.body()
     media_type = _media_type(request)
@@ -79,6 +82,7 @@ async def validate(
                                         "give it once (a JSON body carries it as a field)", name)
         text, gpus, gpu_type, nodes = req.yaml, req.gpus or gpus, req.gpu_type or gpu_type, req.nodes or nodes
         dialect = req.dialect if req.dialect != "auto" else dialect
+        automodel_version = req.automodel_version or automodel_version
     elif media_type in YAML_MEDIA_TYPES or not media_type:
         with unusable_yaml_is_400():
             text = decode(body, "<request>", max_bytes=1 << 20)
@@ -90,11 +94,18 @@ async def validate(
             'or JSON {"yaml": "..."} as application/json',
             "content-type",
         )
+    if automodel_version is not None:
+        from service.validate.automodel.versions import schema
+
+        try:
+            schema().judged(automodel_version)
+        except ValueError as err:
+            raise client_error(400, str(err), "automodel_version") from None
     if gpu_type is not None:
         lookup_hardware(gpu_type)  # unknown -> 404 with the known names, as the CLI's exit 2
     with unusable_yaml_is_400():
         report = await run_in_threadpool(validate_text, text, "<request>", gpus, gpu_type, nodes, lookup_model,
-                                         dialect)
+                                         dialect, automodel_version=automodel_version)
     return m.ValidateResponse(
         files=[m.FileFindings(path=report.path, findings=[f.to_dict() for f in report.findings])],
         summary=m.ValidateSummary(files=1, errors=report.errors, warnings=report.warnings),

@@ -95,6 +95,14 @@ class ValidateRequest(_Request):
                      "arguments block) (docs/rules.md, Megatron dialects)."),
         examples=["auto"],
     )
+    automodel_version: Optional[str] = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME,
+        description=("The NeMo AutoModel release (`0.4.0`) or checkout date (`2026-05-01`, or `main`) whose schema an "
+                     "AutoModel recipe is judged by (overrides its `metadata.automodel_version`; docs/automodel.md)."),
+        examples=["0.5.0"],
+    )
 
 
 # ---------------------------------------------------------------- plan

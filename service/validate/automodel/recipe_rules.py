@@ -8,15 +8,16 @@ from typing import Any, Iterator, Optional
 from service.validate.automodel.facts import section
 from service.validate.automodel.schema import (
     DEFAULT_STRATEGY,
+    DIST_ENV_KEYS,
     NONE_WORDS,
     RECIPE_CLASSES,
     SIZE_KEYS,
     STEP_SCHEDULER_POSITIVE,
-    STRATEGY_OPTIONS,
-    STRICT_SECTIONS,
-    strategy_options,
+    STRATEGIES,
 )
-from service.validate.automodel.targets import KNOWN_TARGETS, importable_by_default, keywords, walk_targets
+from service.validate.automodel.schema_rules import across, recipe_missing, strict_keys_check, target_keywords_check
+from service.validate.automodel.targets import KNOWN_TARGETS, importable_by_default, keywords
+from service.validate.automodel.versions import schema
 from service.validate.automodel.view import RecipeView
 from service.validate.rules.registry import Violation, automodel_rule
 
@@ -29,20 +30,21 @@ def _recipe_target(recipe: Any) -> Optional[str]:
     return recipe.strip() if isinstance(recipe, str) else None
 
 
-@automodel_rule("RA-A001", "error", "recipe", "`recipe` names an AutoModel recipe class",
-                "AutoModel CLI (`recipe:` a class name, a nemo_automodel.recipes path or a `_target_`)")
-def recipe_class_known(view: RecipeView) -> Optional[Violation]:
+@automodel_rule("RA-A001", "error", "recipe", "`recipe` names an AutoModel recipe class (required from the CLI "
+                "refactor, 2026-04-01)", "AutoModel cli/app.py main (`recipe:` a class name, a "
+                "nemo_automodel.recipes path or a `_target_`; commit 35b5ed9c9)")
+def recipe_class_known(view: RecipeView) -> Iterator[Violation]:
     raw = view.data.get("recipe")
     target = _recipe_target(raw)
     if target is None:
-        return Violation("no recipe class: AutoModel's CLI needs `recipe:` to know what to run",
-                         "add `recipe: TrainFinetuneRecipeForNextTokenPrediction` (LLM fine-tuning and pretraining)")
+        yield from across(view, recipe_missing)  # before 35b5ed9c9 the command line named the recipe
+        return
     name = target.rpartition(".")[2]
     if name in RECIPE_CLASSES and (target == name or target.startswith(_RECIPE_PACKAGE)):
-        return None
+        return
     close = get_close_matches(name, sorted(RECIPE_CLASSES), n=1)
-    return Violation(f"recipe {target!r} is not an AutoModel recipe class",
-                     f"use {close[0]}" if close else "use TrainFinetuneRecipeForNextTokenPrediction")
+    yield Violation(f"recipe {target!r} is not an AutoModel recipe class",
+                    f"use {close[0]}" if close else "use TrainFinetuneRecipeForNextTokenPrediction")
 
 
 def _unknown(key: str, options) -> Violation:
@@ -52,25 +54,15 @@ def _unknown(key: str, options) -> Violation:
     return Violation(f"unknown key `{key}`: AutoModel refuses it", f"{hint} (or remove it)", key=key)
 
 
-@automodel_rule("RA-A002", "error", "distributed", "known keys in the sections AutoModel checks (distributed for its "
-                "strategy, pipeline, moe, step_scheduler, dist_env)",
-                "AutoModel's FSDP2Config / MegatronFSDPConfig / DDPConfig, PipelineConfig, MoEParallelizerConfig, "
-                "StepScheduler")
+@automodel_rule("RA-A002", "error", "distributed", "known keys in the sections AutoModel checks at the recipe's "
+                "version (distributed for its strategy, pipeline, moe, step_scheduler), and dist_env",
+                "AutoModel's strategy config classes (_STRATEGY_MAP), PipelineConfig, MoEParallelizerConfig, "
+                "StepScheduler by version (recipe_index/data/automodel_schema.json); initialize_distributed")
 def keys_known(view: RecipeView) -> Iterator[Violation]:
-    dist = section(view.data, "distributed")
-    strategy = dist.get("strategy", DEFAULT_STRATEGY)
-    if isinstance(strategy, str) and strategy.lower() in STRATEGY_OPTIONS:
-        options = strategy_options(strategy.lower())
-        for key in dist:
-            if key not in options:
-                yield _unknown(f"distributed.{key}", options)
-    for dotted, options in STRICT_SECTIONS.items():
-        node: Any = view.data
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        for key in node if isinstance(node, dict) else ():
-            if key not in options:
-                yield _unknown(f"{dotted}.{key}", options)
+    yield from across(view, strict_keys_check)
+    for key in section(view.data, "dist_env"):
+        if key not in DIST_ENV_KEYS:
+            yield _unknown(f"dist_env.{key}", DIST_ENV_KEYS)
 
 
 def _bad_size(value: Any, nullable: bool) -> bool:
@@ -89,9 +81,9 @@ def values_valid(view: RecipeView) -> Iterator[Violation]:
                             "use a positive integer" + (", or none to infer it" if key.startswith("dp") else ""),
                             key=f"distributed.{key}")
     strategy = dist.get("strategy", DEFAULT_STRATEGY)
-    if not isinstance(strategy, str) or strategy.lower() not in STRATEGY_OPTIONS:
+    if not isinstance(strategy, str) or strategy.lower() not in STRATEGIES | schema().strategies():
         yield Violation(f"distributed.strategy {strategy!r} is not an AutoModel strategy",
-                        f"use one of {sorted(STRATEGY_OPTIONS)}", key="distributed.strategy")
+                        f"use one of {sorted(STRATEGIES)}", key="distributed.strategy")
     scheduler = section(view.data, "step_scheduler")
     for key in ("global_batch_size", "local_batch_size"):
         if key not in scheduler:
@@ -104,16 +96,18 @@ def values_valid(view: RecipeView) -> Iterator[Violation]:
                             "use a positive integer", key=f"step_scheduler.{key}")
 
 
-@automodel_rule("RA-A011", "error", "", "a known `_target_` is called only with keywords it takes (never imported)",
-                "AutoModel's published signatures (service/validate/automodel/targets.py); torch's source")
+@automodel_rule("RA-A011", "error", "", "a `_target_` is called only with keywords its signature takes at the recipe's "
+                "version (never imported)", "AutoModel's source by version, read with ast "
+                "(recipe_index/data/automodel_schema.json); torch's and torchdata's signatures")
 def target_keywords(view: RecipeView) -> Iterator[Violation]:
     from service.validate.rules.targets import TargetNotFound, unknown_kwargs
 
-    for key, target, node in walk_targets(view.data):
+    yield from across(view, target_keywords_check)
+    for key, target, node in view.targets:
         names = KNOWN_TARGETS.get(target, None)
-        if target in KNOWN_TARGETS and names is not None:
+        if names is not None:
             bad = [(k, get_close_matches(k, sorted(names), n=3)) for k in keywords(node) if k not in names]
-        elif target.startswith("torch.") and target not in KNOWN_TARGETS:
+        elif target.startswith("torch."):
             try:
                 bad = unknown_kwargs(target, keywords(node))
             except (TargetNotFound, SyntaxError, OSError):
@@ -126,9 +120,9 @@ def target_keywords(view: RecipeView) -> Iterator[Violation]:
 
 
 @automodel_rule("RA-A012", "warning", "", "a `_target_` AutoModel imports by default (its loader's allowed "
-                "packages), and a nemo_automodel name it publishes", "AutoModel config loader (_resolve_target)")
+                "packages)", "AutoModel config loader (_resolve_target)")
 def target_importable(view: RecipeView) -> Iterator[Violation]:
-    for key, target, _ in walk_targets(view.data):
+    for key, target, _ in view.targets:
         if key == "recipe":
             continue  # RA-A001
         if not importable_by_default(target):
@@ -137,7 +131,3 @@ def target_importable(view: RecipeView) -> Iterator[Violation]:
                             "installed where the recipe runs; never imported here",
                             f"install {target.split('.', 1)[0]} on the training hosts, or use a target from those "
                             "packages", key=f"{key}._target_")
-        elif target.startswith("nemo_automodel.") and target not in KNOWN_TARGETS:
-            yield Violation(f"`{target}` is not among the AutoModel targets this validator knows; its keywords were "
-                            "not checked", "check the name against AutoModel's API docs", severity="info",
-                            key=f"{key}._target_")

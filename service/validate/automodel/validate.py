@@ -16,6 +16,8 @@ from service.facts import Finding
 from service.lookups import hub_allowed
 from service.validate.automodel.dialect import ci_cluster, stated_world
 from service.validate.automodel.facts import facts_of, model_name, sizes_of
+from service.validate.automodel.schema_rules import judged_for
+from service.validate.automodel.versions import VERSION_KEY, Judged
 from service.validate.automodel.view import RecipeView
 from service.validate.checks import AUTOMODEL_RULES, CONFIG_RULES, LAYOUT_RULES
 from service.validate.resolution import _emit, _resolve_hardware, _resolve_model
@@ -54,11 +56,24 @@ def _with_ci_overrides(doc: Document) -> Document:
     return replace(doc, data=data, positions=positions)
 
 
+def _judged(doc: Document, flag: Optional[str]) -> Judged:
+    """The AutoModel versions the recipe is judged under: ``--automodel-version``, else its
+    ``metadata.automodel_version``, else inferred (schema_rules.judged_for); an unusable stated one is RA-A015's."""
+    meta = doc.data.get("metadata") if isinstance(doc.data.get("metadata"), dict) else {}
+    stated, source = (flag, "--automodel-version") if flag is not None else (meta.get("automodel_version"),
+                                                                             VERSION_KEY)
+    try:
+        return judged_for(doc.data, stated, source)
+    except ValueError as err:
+        return replace(judged_for(doc.data, None, source), problem=str(err))
+
+
 def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[], str]], gpus: Optional[int] = None,
                        gpu_type: Optional[str] = None, nodes: Optional[int] = None,
-                       resolve_model=None) -> list[Finding]:
+                       resolve_model=None, automodel_version: Optional[str] = None) -> list[Finding]:
     """Every finding on an AutoModel recipe, their fixes that cost a search left in ``deferred``
-    (``service.validate.document`` sorts, caps and completes them as for any config)."""
+    (``service.validate.document`` sorts, caps and completes them as for any config); ``automodel_version``: the
+    AutoModel release or checkout date whose schema to judge by, over the recipe's ``metadata.automodel_version``."""
 
     cluster = ci_cluster(doc.data) if gpu_type is None and gpus is None and nodes is None else None
     hardware, hardware_error = _resolve_hardware(gpu_type or (cluster.name if cluster else DEFAULT_GPU_TYPE))
@@ -70,7 +85,7 @@ def automodel_findings(doc: Document, text: str, deferred: dict[int, Callable[[]
         model_error = model_error.replace(_OFFLINE_WORDS, _CACHE_ONLY_WORDS)
     facts = facts_of(doc.data, world.size, world.gpus_per_node, model, hardware)
     view = RecipeView(data=doc.data, world=world, sizes=sizes_of(doc.data), facts=facts, model=model,
-                      hardware=hardware)
+                      hardware=hardware, judged=_judged(doc, automodel_version))
     config_view = ConfigView(doc=doc, facts=facts, model_error=model_error, model_unknown=unknown,
                              hardware_error=hardware_error)
     findings: list[Finding] = []

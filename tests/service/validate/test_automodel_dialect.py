@@ -130,15 +130,16 @@ def test_cli_dialect_flag_and_rule_table(capsys):
     assert "RA-A009" in out and "RA-A004" in out
 
 
-def test_targets_outside_automodels_packages_warn_and_unknown_names_inform():
+def test_targets_outside_automodels_packages_warn_and_names_it_never_had_are_errors():
     def edit(d):
         d["optimizer"]["_target_"] = "flashoptim.FlashAdamW"
-        d["loss_fn"]["_target_"] = "nemo_automodel.components.loss.new_ce.NewCrossEntropy"
+        d["loss_fn"]["_target_"] = "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropyy"
 
     findings = validate_text(mutated(LLAMA, edit), "targets.yaml").findings
-    picked = sorted((f.severity, f.key) for f in findings if f.code == "RA-A012")
-    assert picked == [("info", "loss_fn._target_"), ("warning", "optimizer._target_")]
-    assert not [f for f in findings if f.severity == "error"]  # named, never imported
+    assert [(f.severity, f.key) for f in findings if f.code == "RA-A012"] == [("warning", "optimizer._target_")]
+    missing = [f for f in findings if f.code == "RA-A014"]
+    assert [(f.severity, f.key) for f in missing] == [("error", "loss_fn._target_")]
+    assert "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy" in missing[0].fix
 
 
 def test_the_ci_blocks_overrides_apply_where_the_world_is_its_own():

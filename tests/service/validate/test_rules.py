@@ -13,6 +13,7 @@ import yaml
 from service.validate.checks import all_rules
 from service.validate.document import validate_text
 from tests.service.validate.test_automodel_dialect import COVERED as AUTOMODEL_COVERED
+from tests.service.validate.test_automodel_versions import COVERED as AUTOMODEL_VERSION_COVERED
 from trainer.contract.dotted import set_dotted
 
 # ~1.5B parameters: small enough that every layout here fits an 80 GB GPU (RA-M002 stays quiet)
@@ -192,6 +193,7 @@ def test_every_registered_rule_has_a_case():
     covered |= {"RA-G007"}  # needs a bundled vision-language model: tests/service/validate/test_pitfall_rules.py
     covered |= {"RA-C015"}  # a Megatron Bridge ConfigContainer's peft: tests/service/validate/test_bridge_peft.py
     covered |= AUTOMODEL_COVERED  # AutoModel recipes: tests/service/validate/test_automodel_dialect.py
+    covered |= AUTOMODEL_VERSION_COVERED  # ... by their AutoModel version: test_automodel_versions.py
     registered = {r.code for r in all_rules()}
     assert registered == covered, registered ^ covered
 
