@@ -1,10 +1,11 @@
 """`plan` with a full runs store against an empty one, in the same script: the store must not slow plan down.
 
 Stores of RUNS runs are written once: one of other models, GPU types and clusters only; one where 3 % are of the
-planned request (the layouts of its first rows) and 2 % more of its cluster, so its group is calibrated and rows
-are measured. plan then reads each (measured_yours of each row, the calibration of its group: fitted on the first
-call and kept in the store, read afterwards). Reported: the minimum over repeats of process CPU time of plan and
-the store's part, against an empty store (target <= 1.2x), plus the first call's fit.
+planned request (the layouts of its first rows) and 2 % more of its cluster, so its group is calibrated (the
+request's model family has enough runs for its own fit) and rows are measured. plan then reads each (measured.yours
+of each row, the calibration: fitted on the first call and kept in the store, read afterwards). Reported: the
+minimum over repeats of process CPU time of plan and the store's part, the stores taking turns in each repeat,
+against an empty store (target <= 1.2x), plus the first call's fit.
 
     .venv/bin/python benchmarks/runs_plan_speed.py [--runs 10000] [--repeats 7] [--smoke]
 """
@@ -72,12 +73,15 @@ def fill(store: RunsStore, runs: int, layouts: list[dict], request: tuple, own_g
         conn.execute(runs_table.insert(), rows)
 
 
-def cpu_seconds(request, store: RunsStore | None, repeats: int) -> float:
-    best = float("inf")
+def cpu_seconds(request, stores: dict[str, RunsStore | None], repeats: int) -> dict[str, float]:
+    """The minimum process CPU time of plan and its store part, per store; the stores take turns in each repeat,
+    so that a change of the machine's load weighs on all alike."""
+    best = dict.fromkeys(stores, float("inf"))
     for _ in range(repeats):
-        start = time.process_time()
-        with_runs(plan(request), store)
-        best = min(best, time.process_time() - start)
+        for name, store in stores.items():
+            start = time.process_time()
+            with_runs(plan(request), store)
+            best[name] = min(best[name], time.process_time() - start)
     return best
 
 
@@ -92,15 +96,15 @@ def measure_request(case: tuple, runs: int, repeats: int) -> None:
         start = time.process_time()
         result = with_runs(plan(request), mine)  # the first call fits the group's calibration and keeps it
         first = time.process_time() - start
-        measured = sum(1 for row in result.layouts if result.runs.row_fields(row)["measured_yours"])
-        alone = cpu_seconds(request, None, repeats)
-        base = cpu_seconds(request, empty, repeats)
-        other = cpu_seconds(request, elsewhere, repeats)
-        loaded = cpu_seconds(request, mine, repeats)
-    print(f"plan {model} on {gpus} x {gpu}, CPU ms (min of {repeats}): no store {alone * 1000:.1f}; empty store "
-          f"{base * 1000:.1f}; {runs:,} runs of other requests {other * 1000:.1f} ({other / base:.2f}x empty); "
-          f"{runs:,} runs with this request's group calibrated and {measured} rows measured "
-          f"{loaded * 1000:.1f} ({loaded / base:.2f}x empty); first call with the fit {first * 1000:.0f}")
+        measured = sum(1 for row in result.layouts if result.runs.yours(row))
+        applied = result.runs.calibration.describe().split(":")[0]
+        ms = {name: seconds * 1000 for name, seconds in cpu_seconds(
+            request, {"none": None, "empty": empty, "elsewhere": elsewhere, "mine": mine}, repeats).items()}
+    print(f"plan {model} on {gpus} x {gpu}, CPU ms (min of {repeats}): no store {ms['none']:.1f}; empty store "
+          f"{ms['empty']:.1f}; {runs:,} runs of other requests {ms['elsewhere']:.1f} "
+          f"({ms['elsewhere'] / ms['empty']:.2f}x empty); {runs:,} runs with {measured} rows measured and the "
+          f"estimates {applied} {ms['mine']:.1f} ({ms['mine'] / ms['empty']:.2f}x empty); first call with the fit "
+          f"{first * 1000:.0f}")
 
 
 def main() -> int:

@@ -21,6 +21,8 @@ from service.cli.plan import REQUEST_ERRORS, add_request_arguments, report_error
 from service.configs.changes import verdict
 from service.configs.yamlio import OverrideError, YamlError
 from service.estimate.memory import gib_text
+from service.plan.provenance import provenance
+from service.plan.report import measured_lines
 from service.recommend.automodel_emit import EMIT_CHOICES
 from service.recommend.recommendation import Recommendation, recommend_for
 from trainer.contract.atomic_files import write_atomic
@@ -117,6 +119,7 @@ def summary_text(rec: Recommendation) -> str:
                  f"{gib(mem.optimizer)}, activations {gib(mem.activations)}, other {gib(mem.other)}) of "
                  f"{req.hardware.memory_gib:g}")
     lines.append(f"estimate: {t.step_time_s:.2f} s/step, {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {t.mfu:.2f}")
+    lines += measured_lines(provenance(rec.plan, row))
     if rec.why_first:
         lines.append(f"this layout is {rec.why_first}")
     if rec.changes:

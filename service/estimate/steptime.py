@@ -344,8 +344,12 @@ class StepTimeModel:
     def estimate(self, layout: Layout, sharding: str = "optimizer") -> StepTime:
         """Step time with its breakdown, tokens/s per GPU and MFU."""
         lay = layout
-        step, compute, bubble, tp_s, cp_s, ep_s, pp_s, dp_s, optimizer_s, moe_s = self.components(
-            lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute, sharding)
+        return self.step_time(self.components(lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp,
+                                              lay.micro_batch_size, lay.recompute, sharding))
+
+    def step_time(self, components: tuple) -> StepTime:
+        """The StepTime of a layout's ``components`` (what the planner computed when it ranked the layout)."""
+        step, compute, bubble, tp_s, cp_s, ep_s, pp_s, dp_s, optimizer_s, moe_s = components
         tokens_per_gpu = self.tokens_per_s_per_gpu(step)
         mfu = self.flops_per_token * tokens_per_gpu / self.peak
         return StepTime(step_time_s=step, compute_s=compute, bubble_s=bubble, tp_comm_s=tp_s, cp_comm_s=cp_s,

@@ -4,7 +4,7 @@ Writes (POST and DELETE /v1/runs) and reads that return a config's text (configs
 operator's token, sent as ``Authorization: Bearer <RECIPE_ADVISOR_TOKEN>``, whenever the token is set or the
 service listens beyond loopback (``recipe-advisor serve --host 0.0.0.0`` sets RECIPE_ADVISOR_PUBLIC; a socket
 bound to another address tells it too). Listening beyond loopback with no token set, writes are refused: there
-is nothing to check them against. Measured figures beside the estimates (plan's ``measured_yours``) stay open.
+is nothing to check them against. Measured figures beside the estimates (plan's ``measured.yours``) stay open.
 """
 
 from __future__ import annotations

@@ -147,9 +147,10 @@ def _rows(request: PlanRequest, est: Estimators, structure: Layout, sizes: list[
             for index in range(limit):
                 total = totals[base + index]
                 if total <= usable_gib:
-                    step = components(tp, pp, vp, cp, ep, etp, sp, mbs, order[index], sharding)[0]
+                    terms = components(tp, pp, vp, cp, ep, etp, sp, mbs, order[index], sharding)
+                    step = terms[0]
                     if best is None or step < best[0]:
-                        best = (step, order[index], sharding, strategy, findings, total)
+                        best = (step, order[index], sharding, strategy, findings, total, terms)
                     # Megatron's later sharding (Megatron-FSDP after the distributed optimizer) only wins
                     # with less recompute: it communicates more. The bundled order (FSDP2, then DDP) is the
                     # other way round: DDP needs more memory but communicates less, so it is always timed.
@@ -157,9 +158,9 @@ def _rows(request: PlanRequest, est: Estimators, structure: Layout, sizes: list[
                         limit = index
                     break
         if best is not None:
-            step, recompute, sharding, strategy, findings, total = best
+            step, recompute, sharding, strategy, findings, total, terms = best
             rows.append(PlannedLayout(structure, mbs, recompute, sharding, strategy, dp, accumulation, True,
-                                      findings, total, tokens_per_s(step), est))
+                                      findings, total, tokens_per_s(step), est, terms))
             continue
         leanest = min(range(len(totals)), key=totals.__getitem__)
         sharding, strategy, findings = options[leanest // n_order]

@@ -54,18 +54,32 @@ def measured(request: PlanRequest, row: PlannedLayout) -> Optional[dict]:
     return None
 
 
-def provenance(request: PlanRequest, row: PlannedLayout) -> dict:
-    return {"used_by": used_by(request, row), "measured": measured(request, row)}
+# A row's published measurement (find_measurement's fields and the sharding measured): null each where only the
+# user's runs measured the layout.
+PUBLISHED_FIELDS = ("tokens_per_s_per_gpu", "global_batch_size", "release", "source", "sharding")
 
 
-NO_RUNS = {"measured_yours": None, "calibrated_tokens_per_s_per_gpu": None}
+def measured_beside(published: Optional[dict], yours: Optional[dict]) -> Optional[dict]:
+    """A row's ``measured``: the published measurement's fields at its top level and ``yours``, the runs store's
+    measurements of the row (service.runs.advice.measured_summary); None when neither exists."""
+    if published is None and yours is None:
+        return None
+    return {**(published or dict.fromkeys(PUBLISHED_FIELDS)), "yours": yours}
+
+
+def provenance(result: Plan, row: PlannedLayout) -> dict:
+    """What stands beside a row's estimate: the index recipes that run its layout, what was measured of it
+    (published, and in the user's runs store), and its estimate calibrated on the user's runs."""
+    runs = result.runs
+    yours = runs.yours(row) if runs is not None else None
+    return {"used_by": used_by(result.request, row),
+            "measured": measured_beside(measured(result.request, row), yours),
+            "calibrated_tokens_per_s_per_gpu": runs.calibrated_speed(row) if runs is not None else None}
 
 
 def row_dict(result: Plan, row: PlannedLayout) -> dict:
-    """A row as the answers publish it, with the index recipes that run its layout, its published measurement,
-    and what the runs store holds of it (service.runs.advice)."""
-    own = result.runs.row_fields(row) if result.runs is not None else NO_RUNS
-    return {**row.to_dict(result.usable_gib), **provenance(result.request, row), **own}
+    """A row as the answers publish it: its estimates and what stands beside them (``provenance``)."""
+    return {**row.to_dict(result.usable_gib), **provenance(result, row)}
 
 
 def plan_calibration(result: Plan) -> str:

@@ -37,9 +37,7 @@ def format_text(result: Plan, top: Optional[int]) -> str:
                      f"{row.sharding:<9} {gib_text(row.memory.total):>7} {t.step_time_s:>8.2f} "
                      f"{t.tokens_per_s_per_gpu:>10.0f} {t.mfu:>5.2f}" + ("" if row.fits else "  does not fit")
                      + ("  needs a layout string (RA-L019)" if row.needs_layout_string else ""))
-        lines += source_lines(marked) + provenance_lines(provenance(req, row))
-        if result.runs is not None:
-            lines += own_lines(result.runs.row_fields(row))
+        lines += source_lines(marked) + provenance_lines(provenance(result, row))
     why = why_first_shown(result, shown)
     if why:
         lines += ["", f"row 1 is {why}"]
@@ -97,28 +95,29 @@ def shown_dict(result: Plan, shown: ShownRow) -> dict:
 
 
 def provenance_lines(found: dict) -> list[str]:
-    """The lines under a row: the index recipes that run its layout, and its newest measurement."""
+    """The lines under a row: the index recipes that run its layout, then ``measured_lines``."""
     lines = []
     if found["used_by"]:
         lines.append("      used by " + ", ".join(f"{use['recipe']} ({use['kind']}, {use['num_gpus']} GPUs)"
                                           for use in found["used_by"]))
-    measured = found["measured"]
-    if measured:
-        release = f"release {measured['release']}, " if measured["release"] else ""
-        lines.append(f"      measured {measured['tokens_per_s_per_gpu']:,.0f} tok/s/GPU at global batch "
-                     f"{measured['global_batch_size']} ({release}{measured['source']})")
-    return lines
+    return lines + ["      " + line for line in measured_lines(found)]
 
 
-def own_lines(fields: dict) -> list[str]:
-    """The line under a row for its measurements in the user's runs store, and its calibrated estimate."""
+def measured_lines(found: dict) -> list[str]:
+    """What was measured of a row (``provenance``): the newest published measurement, the user's own runs of it,
+    or else its estimate calibrated on the user's runs."""
     lines = []
-    own = fields["measured_yours"]
+    measured = found["measured"] or {}
+    if measured.get("tokens_per_s_per_gpu") is not None:
+        release = f"release {measured['release']}, " if measured["release"] else ""
+        lines.append(f"measured {measured['tokens_per_s_per_gpu']:,.0f} tok/s/GPU at global batch "
+                     f"{measured['global_batch_size']} ({release}{measured['source']})")
+    own = measured.get("yours")
     if own:
-        lines.append(f"      measured in your runs: {own['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
-                     f"{own['count']} run(s), spread {own['spread']:.0%}, newest {(own['newest'] or '?')[:10]}")
-    elif fields["calibrated_tokens_per_s_per_gpu"] is not None:
-        lines.append(f"      calibrated on your runs: {fields['calibrated_tokens_per_s_per_gpu']:,.0f} tok/s/GPU")
+        lines.append(f"measured in your runs: {own['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {own['count']} run(s), "
+                     f"spread {own['spread']:.0%}, newest {(own['newest'] or '?')[:10]}")
+    elif found["calibrated_tokens_per_s_per_gpu"] is not None:
+        lines.append(f"calibrated on your runs: {found['calibrated_tokens_per_s_per_gpu']:,.0f} tok/s/GPU")
     return lines
 
 

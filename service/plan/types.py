@@ -116,21 +116,23 @@ class PlannedLayout:
     """One layout with the fastest variant that fits (or, when none fits, the leanest one).
 
     The ranking needs only the total memory and the step time; the breakdowns (``memory``,
-    ``time``) are computed on first use, so planning thousands of layouts stays fast.
+    ``time``) are computed on first use, so planning thousands of layouts stays fast. The step-time terms the
+    planner computed to rank a fitting row (``components``) are kept, so its ``time`` is not computed again.
     """
 
     __slots__ = ("structure", "micro_batch_size", "recompute", "sharding", "strategy", "dp",
                  "grad_accumulation_steps", "fits", "findings", "memory_total_gib", "tokens_per_s", "_estimators",
-                 "_layout", "_memory", "_time")
+                 "_layout", "_memory", "_time", "_components")
 
     def __init__(self, structure: Layout, micro_batch_size: int, recompute: str, sharding: str, strategy: str,
                  dp: int, grad_accumulation_steps: int, fits: bool, findings: tuple, memory_total_gib: float,
-                 tokens_per_s: Optional[float], estimators: "Estimators"):
+                 tokens_per_s: Optional[float], estimators: "Estimators", components: Optional[tuple] = None):
         self.structure, self.micro_batch_size, self.recompute = structure, micro_batch_size, recompute
         self.sharding, self.strategy = sharding, strategy  # sharding: none | optimizer | full
         self.dp, self.grad_accumulation_steps, self.fits, self.findings = dp, grad_accumulation_steps, fits, findings
         self.memory_total_gib, self.tokens_per_s = memory_total_gib, tokens_per_s
         self._estimators, self._layout, self._memory, self._time = estimators, None, None, None
+        self._components = components  # StepTimeModel.components of this variant, when the planner computed them
 
     @property
     def layout(self) -> Layout:
@@ -145,9 +147,20 @@ class PlannedLayout:
         return self._memory
 
     @property
+    def components(self) -> tuple:
+        """StepTimeModel.components of the row: (step, compute, bubble, TP, CP, EP, PP, DP, optimizer, MoE
+        unattributed) seconds; the planner's own where it ranked the row by them."""
+        if self._components is None:
+            lay = self.layout
+            self._components = self._estimators.time.components(lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp,
+                                                                 lay.sp, lay.micro_batch_size, lay.recompute,
+                                                                 self.sharding)
+        return self._components
+
+    @property
     def time(self) -> StepTime:
         if self._time is None:
-            self._time = self._estimators.time.estimate(self.layout, self.sharding)
+            self._time = self._estimators.time.step_time(self.components)
         return self._time
 
     @property

@@ -1,4 +1,4 @@
-"""The runs store beside every plan: each row's own measurements (``measured_yours``), the ranking by measurement
+"""The runs store beside every plan: each row's own measurements (``measured.yours``), the ranking by measurement
 where a layout was measured, and the estimate calibrated on the user's runs where a group holds enough of them.
 
 ``with_runs(plan, store)`` returns a new Plan (a cached plan is never changed) carrying a ``RunsView``; the
@@ -9,20 +9,18 @@ a plan is returned as it is, at no cost.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import sqlalchemy as sa
 
-from service.estimate.memory import model_shape
 from service.plan.types import Plan, PlannedLayout, PlanRequest
-from service.runs.calibration import MIN_RUNS, Report, evaluate, features, predict, samples
-from service.runs.keys import PLANNER_ENGINE, group_key, request_key
+from service.runs.calibration import features, predict
+from service.runs.groups import Calibration, calibration_for
+from service.runs.keys import request_key
 from service.runs.store import RunsStore, resolve_url, runs_table
 
-MAX_FIT_RUNS = 400  # the newest runs of a group a calibration is fitted on (older ones weigh little anyway)
 # The planner's first rows that are re-estimated with a calibration (a breakdown each); the rest keep their estimate
 # and their place after them: a calibration corrects terms by tens of percent, not the planner's order of thousands.
 MAX_CALIBRATED_ROWS = 64
@@ -62,51 +60,27 @@ def row_key(row: PlannedLayout) -> tuple:
     return (lay.tp, lay.pp, lay.vp_or_1, lay.cp, lay.ep, lay.etp, row.micro_batch_size, row.sharding)
 
 
-def _engines(engine: str) -> list[str]:
-    return [name for name, planner in PLANNER_ENGINE.items() if planner == engine]
-
-
 def plan_request_key(request: PlanRequest) -> str:
     return request_key(request.model.id, request.hardware.name, request.world_size, request.goal,
                        request.seq_length, request.global_batch_size, request.fp8_recipe or request.precision,
                        request.engine)
 
 
-def measured_summary(runs: list[tuple], newest: dict[int, Optional[str]]) -> dict:
-    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids and clusters;
-    ``runs``: (id, label, step_time_s, tokens_per_s_per_gpu) tuples; ``newest``: id -> when recorded."""
-    ids, labels, steps, speeds = zip(*runs)
-    median = statistics.median(speeds)
-    return {"count": len(runs), "newest": newest.get(max(ids)), "tokens_per_s_per_gpu": round(median, 6),
-            "step_time_s": round(statistics.median(steps), 6), "spread": round((max(speeds) - min(speeds)) / median, 4),
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def measured_summary(ids: list[int], labels: list[str], steps: list[float], speeds: list[float],
+                     newest: Optional[str]) -> dict:
+    """count, newest, median tokens/s/GPU and step time, spread ((max - min) / median), the runs' ids and clusters,
+    of one layout's runs (``ids``, their cluster ``labels``, step times and tokens/s/GPU; when the newest was
+    recorded)."""
+    median = _median(speeds)
+    return {"count": len(ids), "newest": newest, "tokens_per_s_per_gpu": round(median, 6),
+            "step_time_s": round(_median(steps), 6), "spread": round((max(speeds) - min(speeds)) / median, 4),
             "run_ids": sorted(ids)[-10:], "clusters": sorted(set(labels))}
-
-
-@dataclass
-class Calibration:
-    group: str
-    label: str  # the cluster label, else the GPU type
-    engine: str
-    release: Optional[str]
-    report: Report
-
-    @property
-    def applies(self) -> bool:
-        return self.report.theta is not None and self.report.runs >= MIN_RUNS
-
-    def describe(self) -> str:
-        r = self.report
-        where = f"{self.label} ({self.engine}{', ' + self.release if self.release else ''})"
-        if not self.applies:
-            return (f"your runs: {r.runs} completed run(s) on {where}, fewer than the {MIN_RUNS} a calibration "
-                    "needs: the estimates stand uncalibrated")
-        text = f"calibrated on {r.runs} of your runs on {where}"
-        if r.loo_error is not None:
-            text += (f": median error {r.loo_error:.0%} leaving each layout out (uncalibrated "
-                     f"{r.uncalibrated_error:.0%})")
-        if r.pair_order is not None:
-            text += f", {r.pair_order:.0%} of {r.pairs} layout pairs ordered as measured"
-        return text
 
 
 @dataclass
@@ -118,11 +92,14 @@ class RunsView:
     calibrated: dict[tuple, float] = field(default_factory=dict)  # row key -> calibrated tokens/s/GPU
     reranked: bool = False
 
-    def row_fields(self, row: PlannedLayout) -> dict:
-        """What a published row carries from the store (service.plan.provenance.row_dict)."""
+    def yours(self, row: PlannedLayout) -> Optional[dict]:
+        """The row's measurements in the store (a row's ``measured.yours``), None when it holds none."""
+        return self.measured.get(row_key(row))
+
+    def calibrated_speed(self, row: PlannedLayout) -> Optional[float]:
+        """The row's calibrated tokens/s/GPU as published (6 significant digits), None when not calibrated."""
         speed = self.calibrated.get(row_key(row))
-        return {"measured_yours": self.measured.get(row_key(row)),
-                "calibrated_tokens_per_s_per_gpu": None if speed is None else float(f"{speed:.6g}")}
+        return None if speed is None else float(f"{speed:.6g}")
 
     def describe(self) -> Optional[str]:
         parts = []
@@ -135,79 +112,26 @@ class RunsView:
 
 # Statements plan runs on every call, built once (building an expression costs more than running it on SQLite).
 _c = runs_table.c
-_MINE = (_c.gpu_type == sa.bindparam("gpu_type"), _c.engine.in_(sa.bindparam("engines", expanding=True)),
-         _c.outcome == "completed", _c.source == "yours")
-NEWEST_OF_MINE = sa.select(_c.cluster, _c.release).where(*_MINE).order_by(_c.id.desc()).limit(1)
-GROUP_COUNTS = {  # by (cluster is None, release is None): SQL's = never matches NULL
-    (no_cluster, no_release): sa.select(sa.func.count(), sa.func.max(_c.id)).where(
-        *_MINE, _c.cluster.is_(None) if no_cluster else _c.cluster == sa.bindparam("cluster"),
-        _c.release.is_(None) if no_release else _c.release == sa.bindparam("release"))
-    for no_cluster in (False, True) for no_release in (False, True)}
 MEASURED = (sa.select(_c.layout_key, sa.func.aggregate_strings(sa.cast(_c.id, sa.String), ","),
                       sa.func.aggregate_strings(sa.func.coalesce(_c.cluster, _c.gpu_type), "\x1f"),
                       sa.func.aggregate_strings(sa.cast(_c.step_time_s, sa.String), ","),
-                      sa.func.aggregate_strings(sa.cast(_c.tokens_per_s_per_gpu, sa.String), ","))
+                      sa.func.aggregate_strings(sa.cast(_c.tokens_per_s_per_gpu, sa.String), ","),
+                      sa.func.max(_c.recorded_at))
             .where(_c.request_key == sa.bindparam("request_key"), _c.outcome == "completed", _c.source == "yours",
                    _c.tokens_per_s_per_gpu.is_not(None))
             .group_by(_c.layout_key))
-RECORDED = sa.select(_c.id, _c.recorded_at).where(_c.id.in_(sa.bindparam("ids", expanding=True)))
-
-
-def _newest_group(conn: sa.Connection, request: PlanRequest) -> Optional[tuple]:
-    """(cluster, release, runs, newest id) of the group of your newest completed run on this GPU type and engine:
-    two index lookups (the group's count reads the covering index ix_runs_groups alone)."""
-    mine = {"gpu_type": request.hardware.name, "engines": _engines(request.engine)}
-    newest = conn.execute(NEWEST_OF_MINE, mine).first()
-    if newest is None:
-        return None
-    cluster, release = newest
-    count, newest_id = conn.execute(GROUP_COUNTS[(cluster is None, release is None)],
-                                    {**mine, "cluster": cluster, "release": release}).one()
-    return cluster, release, count, newest_id
-
-
-def calibration_for(store: RunsStore, request: PlanRequest, conn: Optional[sa.Connection] = None
-                    ) -> Optional[Calibration]:
-    """The calibration of the group (cluster label or GPU type, engine, release) of your newest run on the request's
-    GPU type and engine, for the request's kind (dense or MoE); fitted once per change of the group's runs."""
-    if conn is None:
-        with store.engine.connect() as own:
-            return calibration_for(store, request, own)
-    found = _newest_group(conn, request)
-    if found is None:
-        return None
-    cluster, release, count, newest = found
-    moe = model_shape(request.model).is_moe
-    key = group_key(cluster, request.hardware.name, request.engine, release, moe)
-    label = cluster or request.hardware.name
-    cached = store.cached_calibration(key, count, newest, conn)
-    if cached is None:
-        runs = []
-        for engine in _engines(request.engine):
-            runs += store.query(gpu_type=request.hardware.name, engine=engine, outcome="completed", source="yours",
-                                cluster=cluster, release=release, limit=MAX_FIT_RUNS)
-        from service.runs.estimate import is_moe
-
-        mine = [r for r in runs if r.provenance.cluster == cluster and r.provenance.release == release
-                and is_moe(r) == moe]
-        mine = sorted(mine, key=lambda r: r.id or 0)[-MAX_FIT_RUNS:]
-        cached = evaluate(samples(mine)).to_dict()
-        store.keep_calibration(key, count, newest, cached)
-    return Calibration(key, label, request.engine, release, Report.from_dict(cached))
 
 
 def _measured_rows(conn: sa.Connection, result: Plan) -> dict[tuple, dict]:
     """The request's completed runs of your own, by layout: aggregated in the database (one row per layout), from
-    the columns plan needs (no record parsed)."""
-    by_key = {}
-    for layout_key, ids, labels, steps, speeds in conn.execute(
+    the columns plan needs (no record parsed; the covering index ix_runs_measured holds them all)."""
+    measured = {}
+    for layout_key, ids, labels, steps, speeds, newest in conn.execute(
             MEASURED, {"request_key": plan_request_key(result.request)}).all():
-        by_key[layout_key] = list(zip(map(int, ids.split(",")), labels.split("\x1f"), map(float, steps.split(",")),
-                                      map(float, speeds.split(","))))
-    newest_ids = [max(run[0] for run in runs) for runs in by_key.values()]
-    newest = {run_id: when.isoformat() if when else None
-              for run_id, when in conn.execute(RECORDED, {"ids": newest_ids}).all()} if newest_ids else {}
-    return {_layout_key_tuple(key): measured_summary(runs, newest) for key, runs in by_key.items()}
+        measured[_layout_key_tuple(layout_key)] = measured_summary(
+            [int(i) for i in ids.split(",")], labels.split("\x1f"), [float(t) for t in steps.split(",")],
+            [float(v) for v in speeds.split(",")], newest.isoformat() if newest else None)
+    return measured
 
 
 def _layout_key_tuple(text: str) -> tuple:
@@ -219,25 +143,25 @@ def _layout_key_tuple(text: str) -> tuple:
 def _calibrated_speed(row: PlannedLayout, calibration: Calibration) -> Optional[float]:
     if not row.fits:
         return None
-    step = predict(calibration.report.theta, features(row.time, row.grad_accumulation_steps))
+    step = predict(calibration.report.theta, features(row.components, row.grad_accumulation_steps))
     return row.estimators.time.tokens_per_s_per_gpu(step) if step > 0 else None
 
 
-def _rank_speed(row: PlannedLayout, view: RunsView) -> Optional[float]:
-    """What a fitting row ranks by: its measurement, else its calibrated estimate, else (no calibration applies)
-    its estimate; None for a row past MAX_CALIBRATED_ROWS of a calibrated plan, which keeps its place after."""
-    key = row_key(row)
-    if key in view.measured:
-        return view.measured[key]["tokens_per_s_per_gpu"]
-    if view.calibrated:
-        return view.calibrated.get(key)
-    return row.tokens_per_s or 0.0
-
-
 def _reranked(fitting: list[PlannedLayout], view: RunsView) -> list[PlannedLayout]:
-    speeds = [(_rank_speed(row, view), row) for row in fitting]
-    ranked = sorted(((speed, row) for speed, row in speeds if speed is not None), key=lambda pair: -pair[0])
-    return [row for _, row in ranked] + [row for speed, row in speeds if speed is None]
+    """Fitting rows by what they rank by: their measurement, else their calibrated estimate, else (no calibration
+    applies) their estimate; a row past MAX_CALIBRATED_ROWS of a calibrated plan keeps its place after them."""
+    ranked, after = [], []
+    for row in fitting:
+        key = row_key(row)
+        own = view.measured.get(key)
+        speed = (own["tokens_per_s_per_gpu"] if own is not None else view.calibrated.get(key) if view.calibrated
+                 else row.tokens_per_s or 0.0)
+        if speed is None:
+            after.append(row)
+        else:
+            ranked.append((speed, row))
+    ranked.sort(key=lambda pair: -pair[0])  # stable: ties keep the planner's order
+    return [row for _, row in ranked] + after
 
 
 def with_runs(result: Plan, store: Optional[RunsStore]) -> Plan:

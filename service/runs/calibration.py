@@ -28,8 +28,7 @@ from datetime import datetime, timezone
 from itertools import combinations
 from typing import Iterable, Optional
 
-from service.estimate.steptime import StepTime
-from service.runs.estimate import run_estimate
+from service.runs.estimate import run_components
 from service.runs.fit import Stats, nonnegative_ridge
 from service.runs.keys import layout_key, run_request_key
 from service.runs.schema import RunRecord
@@ -40,10 +39,10 @@ HALF_LIFE_DAYS = 90.0
 RIDGE = 0.02  # of the runs' total weight, per coefficient, in units of that feature's typical share of a step
 
 
-def features(terms: StepTime, micro_batches: int) -> list[float]:
-    return [terms.compute_s + terms.moe_unattributed_s, terms.bubble_s,
-            terms.tp_comm_s + terms.cp_comm_s + terms.ep_comm_s + terms.pp_comm_s, terms.dp_comm_s,
-            terms.optimizer_s, float(micro_batches), 1.0]
+def features(components: tuple, micro_batches: int) -> list[float]:
+    """The fit's features of a layout's step-time components (StepTimeModel.components)."""
+    _, compute, bubble, tp, cp, ep, pp, dp, optimizer, moe_unattributed = components
+    return [compute + moe_unattributed, bubble, tp + cp + ep + pp, dp, optimizer, float(micro_batches), 1.0]
 
 
 def micro_batches(record: RunRecord) -> int:
@@ -81,14 +80,14 @@ def samples(records: Iterable[RunRecord], now: Optional[datetime] = None) -> lis
         m = record.measurement
         if record.outcome != "completed" or not m.step_time_s:
             continue
-        terms = run_estimate(record)
+        terms = run_components(record)
         if terms is None:
             continue
         spread = None
         if m.step_time_p10_s is not None and m.step_time_p90_s is not None:
             spread = (m.step_time_p90_s - m.step_time_p10_s) / m.step_time_s
         out.append(Sample(run_request_key(record), layout_key(record), features(terms, micro_batches(record)),
-                          m.step_time_s, terms.step_time_s, _age_weight(record, now), spread))
+                          m.step_time_s, terms[0], _age_weight(record, now), spread))
     return out
 
 

@@ -41,16 +41,29 @@ def layout_of(record: RunRecord) -> Layout:
                   micro_batch_size=lay.micro_batch_size, recompute=lay.recompute)
 
 
-def run_estimate(record: RunRecord) -> Optional[StepTime]:
-    """The planner's step time of the run's layout, with its terms; None when the planner cannot estimate the
-    request (a Megatron run on the cpu card, a precision it does not plan)."""
+def _record_estimators(record: RunRecord) -> Optional[Estimators]:
     r = record.request
     precision = r.precision if r.precision in PRECISION_CHOICES else "bf16"  # a label the planner does not plan
-    est = _estimators(r.model, r.gpus_per_node, r.gpu_type, r.nodes, r.goal, r.seq_length, r.global_batch_size,
-                      precision, PLANNER_ENGINE[record.provenance.engine])
+    return _estimators(r.model, r.gpus_per_node, r.gpu_type, r.nodes, r.goal, r.seq_length, r.global_batch_size,
+                       precision, PLANNER_ENGINE[record.provenance.engine])
+
+
+def run_components(record: RunRecord) -> Optional[tuple]:
+    """The planner's step-time components of the run's layout (StepTimeModel.components: the step and its terms);
+    None when the planner cannot estimate the request (a Megatron run on the cpu card, a precision it does not
+    plan)."""
+    est = _record_estimators(record)
     if est is None:
         return None
-    return est.time.estimate(layout_of(record), record.layout.sharding)
+    lay = layout_of(record)
+    return est.time.components(lay.tp, lay.pp, lay.vp or 1, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size,
+                               lay.recompute, record.layout.sharding)
+
+
+def run_estimate(record: RunRecord) -> Optional[StepTime]:
+    """The planner's step time of the run's layout, with its terms; None where ``run_components`` is."""
+    est = _record_estimators(record)
+    return None if est is None else est.time.step_time(run_components(record))
 
 
 def is_moe(record: RunRecord) -> bool:

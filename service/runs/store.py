@@ -59,9 +59,9 @@ calibrations_table = sa.Table(
     sa.Column("payload", sa.Text, nullable=False),
 )
 
-CACHED_CALIBRATION = sa.select(calibrations_table.c.payload).where(
-    calibrations_table.c.group_key == sa.bindparam("group"), calibrations_table.c.runs == sa.bindparam("runs"),
-    calibrations_table.c.newest_run_id == sa.bindparam("newest"))
+CACHED_CALIBRATIONS = sa.select(calibrations_table.c.group_key, calibrations_table.c.payload).where(
+    calibrations_table.c.group_key.in_(sa.bindparam("groups", expanding=True)),
+    calibrations_table.c.runs == sa.bindparam("runs"), calibrations_table.c.newest_run_id == sa.bindparam("newest"))
 
 # query() filters: keyword -> column
 FILTERS = ("model", "gpu_type", "engine", "team", "cluster", "config_hash", "outcome", "release", "source",
@@ -138,7 +138,8 @@ def _row_values(record: RunRecord, key: str) -> dict:
             "record": record.model_dump_json(exclude={"id"})}
 
 
-def _from_row(row) -> RunRecord:
+def record_from_row(row) -> RunRecord:
+    """A run as stored (a row of ``id`` and ``record``)."""
     return RunRecord.model_validate({**json.loads(row.record), "id": row.id})
 
 
@@ -191,7 +192,7 @@ class RunsStore:
     def get(self, run_id: int) -> Optional[RunRecord]:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(runs_table).where(runs_table.c.id == run_id)).first()
-        return _from_row(row) if row is not None else None
+        return record_from_row(row) if row is not None else None
 
     def query(self, *, limit: Optional[int] = None, newest_first: bool = True,
               **filters: Optional[str]) -> list[RunRecord]:
@@ -208,7 +209,7 @@ class RunsStore:
         if limit is not None:
             stmt = stmt.limit(limit)
         with self.engine.connect() as conn:
-            return [_from_row(row) for row in conn.execute(stmt)]
+            return [record_from_row(row) for row in conn.execute(stmt)]
 
     def count(self, **filters: Optional[str]) -> int:
         return self.count_and_newest(**filters)[0]
@@ -225,15 +226,20 @@ class RunsStore:
 
     def cached_calibration(self, group: str, runs: int, newest_run_id: int,
                            conn: Optional[Connection] = None) -> Optional[dict]:
-        """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None.
+        """The calibration fitted for ``group`` when its runs are still those (count and newest id); else None."""
+        return self.cached_calibrations([group], runs, newest_run_id, conn).get(group)
+
+    def cached_calibrations(self, groups: list[str], runs: int, newest_run_id: int,
+                            conn: Optional[Connection] = None) -> dict[str, dict]:
+        """Group -> calibration, of those of ``groups`` fitted on these runs (count and newest id), in one read.
         ``conn``: an open connection of this store to read on (plan reads everything on one)."""
-        values = {"group": group, "runs": runs, "newest": newest_run_id}
+        values = {"groups": groups, "runs": runs, "newest": newest_run_id}
         if conn is not None:
-            payload = conn.execute(CACHED_CALIBRATION, values).scalar()
+            found = conn.execute(CACHED_CALIBRATIONS, values).all()
         else:
             with self.engine.connect() as own:
-                payload = own.execute(CACHED_CALIBRATION, values).scalar()
-        return json.loads(payload) if payload is not None else None
+                found = own.execute(CACHED_CALIBRATIONS, values).all()
+        return {group: json.loads(payload) for group, payload in found}
 
     def keep_calibration(self, group: str, runs: int, newest_run_id: int, payload: dict) -> None:
         values = {"runs": runs, "newest_run_id": newest_run_id, "fitted_at": utcnow(), "payload": json.dumps(payload)}

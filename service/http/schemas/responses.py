@@ -235,17 +235,18 @@ class LayoutOut(_Response):
         default_factory=list, description="Index recipes of this model on this GPU type that run this layout (TP, PP, "
         "VP, CP, EP, ETP, micro batch), at any GPU count.")
     measured: Optional[MeasuredThroughput] = Field(
-        default=None, description="The newest published measurement of this layout for this model, goal, GPU type "
-        "and count, sequence length and precision; null when none was published. The ranking stays the estimate.",
+        default=None, description="What was measured of this layout for this model, goal, GPU type and count, "
+        "sequence length and precision: the newest published measurement at the top level (its fields null when "
+        "none was published) and `yours`, your runs store's measurements (null when it holds none). Null when "
+        "neither exists. A row you measured ranks by your measurement; the published one does not change the "
+        "ranking.",
         examples=[{"tokens_per_s_per_gpu": 9058.0, "global_batch_size": 1024, "release": "26.02.01",
                    "source": "NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c",
-                   "sharding": "not full"}])
-    measured_yours: Optional["MeasuredYours"] = Field(
-        default=None, description="Your runs store's measurements of this layout for this request; a measured row "
-        "ranks by its measurement. Null when the store holds none (docs/runs.md).")
+                   "sharding": "not full", "yours": None}])
     calibrated_tokens_per_s_per_gpu: Optional[float] = Field(
-        default=None, description="The estimate calibrated on your runs of this cluster, engine and release (when the "
-        "store holds at least 5): unmeasured rows rank by it. Null when no calibration applies.", examples=[8800.0])
+        default=None, description="The estimate calibrated on your runs of this cluster, engine, release and dense or "
+        "MoE kind, or of this model family when it has enough of them (at least 5; the answer's `calibration` says "
+        "which): unmeasured rows rank by it. Null when no calibration applies.", examples=[8800.0])
 
 
 class MeasuredYours(_Response):
@@ -335,16 +336,23 @@ class RecipeUse(_Response):
 
 
 class MeasuredThroughput(_Response):
-    """A published (or this trainer's own) measurement of a layout, beside its estimate."""
+    """What was measured of a layout, beside its estimate: the newest published measurement (or this trainer's
+    own), and your runs store's measurements as `yours`."""
 
-    tokens_per_s_per_gpu: float = Field(description="Measured training tokens per second per GPU.", examples=[630.0])
-    global_batch_size: int = Field(description="The global batch it was measured with.", examples=[8192])
+    tokens_per_s_per_gpu: Optional[float] = Field(
+        description="Measured training tokens per second per GPU, as published; null when only your runs measured "
+        "this layout.", examples=[630.0])
+    global_batch_size: Optional[int] = Field(description="The global batch it was measured with (published).",
+                                             examples=[8192])
     release: Optional[str] = Field(description="The software release measured (the newest one that published this "
                                    "setup); null when the source names none.", examples=["25.09"])
-    source: str = Field(description="Where it was published: repository:path@commit.",
-                        examples=["NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c"])
-    sharding: str = Field(description="full when measured with Megatron-FSDP (or FSDP2), else not full.",
-                          examples=["not full"])
+    source: Optional[str] = Field(description="Where it was published: repository:path@commit.",
+                                  examples=["NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md@df0289c"])
+    sharding: Optional[str] = Field(description="full when measured with Megatron-FSDP (or FSDP2), else not full.",
+                                    examples=["not full"])
+    yours: Optional[MeasuredYours] = Field(
+        default=None, description="Your runs store's measurements of this layout for this request (docs/runs.md); "
+        "null when the store holds none.")
 
 
 class PlanHardware(_Response):
@@ -378,7 +386,9 @@ WHY_FIRST_EXAMPLE = ("first although TP 1 PP 1 CP 2 EP 8 ETP 1 (micro batch 1, r
 CALIBRATION_DESCRIPTION = ("Where the step-time estimates' efficiencies come from: the published runs they were "
                            "fitted on (Megatron's for --engine megatron; torchtitan's and NeMo AutoModel's FSDP2 runs "
                            "and this trainer's own GPU runs for --engine bundled), and a measurement of this trainer "
-                           "when one exists for the model and GPU.")
+                           "when one exists for the model and GPU. What your runs store applied comes first, named as "
+                           "yours: 'calibrated on 14 of your runs on h100 (megatron): median error 6 % ...', or 'of "
+                           "your runs of the Llama 3 family' where that family has its own fit (docs/runs.md).")
 CALIBRATION_EXAMPLE = ("FSDP2 published runs: automodel, torchtitan (9 rows), and this trainer's own GPU runs (2)")
 
 

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from unittest import mock
@@ -37,8 +38,11 @@ HTTP_APP = "service.http.app:app"
 # - argparse wraps usage and help at the terminal width (COLUMNS, else the width of the terminal the process
 #   runs in): fixed, so an error's usage lines read the same in a terminal, a pipe or CI;
 # - model lookups may reach the Hugging Face Hub: kept offline (as `make test` and CI run), and the service's
-#   opt-in to Hub lookups is off, as an operator leaves it by default.
-ENVIRONMENT = {"COLUMNS": "80", "HF_HUB_OFFLINE": "1"}
+#   opt-in to Hub lookups is off, as an operator leaves it by default;
+# - plan and recommend read the user's runs store (docs/runs.md): named here as a file no case creates, so that the
+#   runs of whoever replays do not enter the answers.
+NO_RUNS_STORE = os.path.join(tempfile.gettempdir(), "recipe-advisor-golden", "no-runs-store.sqlite")
+ENVIRONMENT = {"COLUMNS": "80", "HF_HUB_OFFLINE": "1", "RECIPE_ADVISOR_DB": NO_RUNS_STORE}
 ENVIRONMENT_UNSET = ("RECIPE_ADVISOR_ALLOW_HUB",)
 
 TEXT_FIELDS = ("stdout", "stderr", "body")

@@ -105,5 +105,8 @@ def test_plan_reads_the_store_named_by_db(capsys, tmp_path, db):
     code, out, _ = run_cli(capsys, "plan", "--model", "llama32-1b", "--gpus", "8", "--gpu-type", "h100",
                            "--seq-length", "8192", "--global-batch-size", "128", "--precision", "bf16", "--db", db,
                            "--format", "json", "--top", "0")
-    rows = [row for row in json.loads(out)["layouts"] if row["measured_yours"]]
+    rows = [row for row in json.loads(out)["layouts"] if row["measured"] and row["measured"]["yours"]]
     assert code == 0 and len(rows) == 1 and (rows[0]["tp"], rows[0]["micro_batch_size"]) == (1, 2)
+    code, out, _ = run_cli(capsys, "plan", "--model", "llama32-1b", "--gpus", "8", "--gpu-type", "h100",
+                           "--seq-length", "8192", "--global-batch-size", "128", "--precision", "bf16", "--db", db)
+    assert code == 0 and out.count("measured in your runs: ") == 1

@@ -68,3 +68,18 @@ def test_without_a_store_the_page_says_so(tmp_path, monkeypatch):
     with TestClient(create_app()) as client:
         html = client.get("/runs").text
     assert "No runs store yet" in html and not (tmp_path / "none.sqlite").exists()
+
+
+def test_the_result_page_shows_your_measurement_of_the_layout(page):
+    client, store = page
+    ask = {"model": "tiny-llama", "gpus": 2, "gpu_type": "cpu", "engine": "bundled"}
+    answer = client.post("/v1/recommend", json=ask).json()
+    layout, config = answer["layout"], answer["config"]
+    run = tiny_run(1, seq_length=config["dataset"]["seq_length"], precision=config["precision"],
+                   global_batch_size=config["step_scheduler"]["global_batch_size"])
+    fast = run.measurement.model_copy(update={"tokens_per_s_per_gpu": 1e6, "step_time_s": 64 * 16 / 2e6})
+    store.add(run.model_copy(update={"measurement": fast, "layout": run.layout.model_copy(update={
+        key: layout[key] for key in ("tp", "pp", "cp", "ep", "dp", "micro_batch_size", "recompute", "sharding")})}))
+    html = client.get("/recommend", params={key: str(value) for key, value in ask.items()}).text
+    assert 'id="measured-yours">Measured in your runs: 1,000,000 tokens/s per GPU, median of 1 run(s)' in html
+    assert 'id="measured">' not in html  # nothing published of it: no published line

@@ -77,3 +77,14 @@ def test_the_api_schema_documents_the_new_keys():
     rows = answer.json()["layouts"]
     assert all(isinstance(row["needs_pipeline_layout_string"], bool) for row in rows)
     json.dumps(rows)
+
+
+@pytest.mark.parametrize("model, gpus, engine", [("llama3-70b", 32, "megatron"), ("qwen3-30b-a3b", 16, "megatron"),
+                                                 ("llama32-1b", 8, "bundled")])
+def test_a_row_keeps_the_step_time_terms_it_was_ranked_by(model, gpus, engine):
+    rows = plan(make_request(model, gpus, "h100", engine=engine)).layouts
+    fitting = [row for row in rows if row.fits]
+    assert fitting  # rows that fit keep their terms; the others are estimated when asked
+    for row in rows:
+        fresh = row.estimators.time.estimate(row.layout, row.sharding)
+        assert row.time == fresh and row.tokens_per_s in (None, fresh.tokens_per_s_per_gpu)

@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from service.runs.calibration import MIN_RUNS, evaluate, features, micro_batches, samples
-from service.runs.estimate import is_moe, run_estimate
+from service.runs.estimate import is_moe, run_components
 from service.runs.fit import Stats, nonnegative_ridge
 from service.runs.published import published_records
 from service.runs.schema import RunRecord
@@ -30,7 +30,7 @@ def cpu_run(tp: int, mbs: int, sharding: str, step_s: float) -> RunRecord:
 
 def true_time(record: RunRecord) -> float:
     """A machine whose compute runs 30x slower than the model says, with 20 ms per micro batch and 50 ms a step."""
-    x = features(run_estimate(record), micro_batches(record))
+    x = features(run_components(record), micro_batches(record))
     return 30 * x[0] + 30 * x[2] + 30 * x[3] + 0.02 * x[5] + 0.05
 
 

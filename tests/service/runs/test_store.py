@@ -119,7 +119,7 @@ def test_migrations_upgrade_an_empty_database(store_url):
     assert current_revision(engine) == head_revision()
 
 
-@pytest.mark.parametrize("previous", ["r0001", "r0002", "r0003"])
+@pytest.mark.parametrize("previous", ["r0001", "r0002", "r0003", "r0004"])
 def test_migrations_upgrade_a_previous_revision_keeping_its_runs(store_url, previous):
     engine = make_engine(store_url)
     upgrade_to(engine, previous)
