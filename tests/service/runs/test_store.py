@@ -156,6 +156,7 @@ def _opens_with_alembic(url: str) -> bool:
     return done.stdout.strip() == "True"
 
 
+@pytest.mark.slow  # two fresh processes: whether Alembic is imported shows only in a new interpreter
 def test_a_store_at_head_opens_without_alembic_and_an_older_one_is_still_upgraded(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     engine = make_engine(url)
