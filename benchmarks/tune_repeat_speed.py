@@ -3,10 +3,12 @@
 A store is filled by one `tune` of the request whose trials a fake trainer answers at once (the trials are real
 store records: the same trial configs and software a real tune records). Then, interleaved ``--repeats`` times,
 the same command line runs as a user runs it (``python -m service.cli tune ...``, a fresh process: start-up and
-imports count) and, as the reference, ``python -c pass`` (the interpreter's own start-up). Reported: the median
-wall time of each and their ratio; ``--importtime`` adds the slowest imports of one run (``-X importtime``).
+imports count) and, as the reference, ``python -c pass`` (the interpreter's own start-up); with ``--baseline DIR``
+also the same command from another checkout (an older commit), in the same rounds. Bytecode caches are written
+and one untimed run of each comes first, as an installed package runs. Reported: the median wall time of each and
+their ratio; ``--importtime`` adds the slowest imports of one run (``-X importtime``).
 
-    .venv/bin/python benchmarks/tune_repeat_speed.py [--repeats 5] [--importtime 15] [--json OUT]
+    .venv/bin/python benchmarks/tune_repeat_speed.py [--repeats 5] [--baseline DIR] [--importtime 15] [--json OUT]
     .venv/bin/python benchmarks/tune_repeat_speed.py --smoke     # 1 repeat: checks the script
 """
 
@@ -38,24 +40,27 @@ ANSWERED = re.compile(r"(\d+) trial\(s\), (\d+) from the store")
 
 def fill_store(db: Path, work: Path) -> None:
     """One tune of REQUEST into ``db``, each trial answered by the fake trainer of tune_finds_best."""
-    from service.cli.app import main
-    from service.tune.search import Tuner
     from tune_finds_best import fake_runner
 
-    with mock.patch.dict(Tuner.__init__.__kwdefaults__, {"runner": fake_runner}), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    from service.cli.app import main
+    from service.tune.search import Tuner
+
+    quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+    with mock.patch.dict(Tuner.__init__.__kwdefaults__, {"runner": fake_runner}), quiet[0], quiet[1]:
         code = main(["tune", *REQUEST, "--db", str(db), "--workdir", str(work / "trials"), "--format", "json"])
     if code != 0:
         raise SystemExit(f"filling the store failed (exit {code})")
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RECIPE_ADVISOR_RECORD_RUNS": "0"}
+def _env(code: Path = ROOT) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1", "RECIPE_ADVISOR_RECORD_RUNS": "0"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode: compiling is not the figure
+    return env
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, str]:
+def timed(command: list[str], cwd: Path, code: Path = ROOT) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=cwd, env=_env(code), capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])} ... exited {done.returncode}: {done.stderr[-2000:]}")
@@ -84,6 +89,7 @@ def slowest_imports(db: Path, cwd: Path, top: int) -> list[tuple[str, float]]:
 def main(argv: Optional[list[str]] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, metavar="DIR", help="also time this checkout's tune (a worktree)")
     parser.add_argument("--importtime", type=int, default=0, metavar="N", help="list the N slowest imports")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--smoke", action="store_true", help="one repeat: checks the script")
@@ -93,21 +99,30 @@ def main(argv: Optional[list[str]] = None) -> dict:
         work = Path(tmp)
         db = work / "runs.sqlite"
         fill_store(db, work)
-        tune_s, python_s = [], []
-        for _ in range(repeats):  # interleaved: a slow second of the shared machine hits both alike
-            wall, out = timed(tune_command(db), work)
-            answered = ANSWERED.search(out)
-            if not answered or answered.group(1) != answered.group(2):
-                raise SystemExit(f"the repeated tune did not answer every trial from the store:\n{out[-2000:]}")
-            tune_s.append(wall)
-            python_s.append(timed([sys.executable, "-c", "pass"], work)[0])
+        codes = {"tune": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
+        times: dict[str, list[float]] = {name: [] for name in [*codes, "python"]}
+        for round_ in range(repeats + 1):  # round 0 untimed (bytecode written); then interleaved rounds
+            for name, code in codes.items():
+                wall, out = timed(tune_command(db), work, code)
+                answered = ANSWERED.search(out)
+                if not answered or answered.group(1) != answered.group(2):
+                    raise SystemExit(f"{name}: the repeated tune did not answer every trial from the store:\n"
+                                     f"{out[-2000:]}")
+                times[name].append(wall)
+            times["python"].append(timed([sys.executable, "-c", "pass"], work)[0])
         imports = slowest_imports(db, work, args.importtime) if args.importtime else []
-    result = {"repeats": repeats, "tune_s": round(statistics.median(tune_s), 3),
-              "python_s": round(statistics.median(python_s), 3),
-              "ratio": round(statistics.median(tune_s) / statistics.median(python_s), 1),
-              "tune_runs_s": [round(t, 3) for t in tune_s], "slowest_imports_s": [[p, round(s, 3)] for p, s in imports]}
+    medians = {name: statistics.median(runs[1:]) for name, runs in times.items()}
+    result = {"repeats": repeats, "tune_s": round(medians["tune"], 3), "python_s": round(medians["python"], 3),
+              "ratio": round(medians["tune"] / medians["python"], 1),
+              "tune_runs_s": [round(t, 3) for t in times["tune"][1:]],
+              "slowest_imports_s": [[p, round(s, 3)] for p, s in imports]}
+    if args.baseline:
+        result.update(baseline_s=round(medians["baseline"], 3),
+                      baseline_ratio=round(medians["baseline"] / medians["python"], 1))
     print(f"repeated tune (every trial from the store): median {result['tune_s']:.2f} s of {repeats}; "
           f"`python -c pass`: {result['python_s']:.3f} s; ratio {result['ratio']}x")
+    if args.baseline:
+        print(f"baseline {args.baseline}: median {result['baseline_s']:.2f} s; ratio {result['baseline_ratio']}x")
     for package, seconds in imports:
         print(f"  import {package}: {seconds:.3f} s")
     if args.json:
