@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
+from service.configs.yamlio import plain_copy
 from service.recommend.automodel_emit import automodel_runs
 from service.recommend.recommendation import Prepared
 from service.tune.candidates import Candidate, Candidates, Skipped
@@ -68,7 +67,7 @@ def _torchrun(commands: dict) -> str:
 
 
 def _automodel_trial(config: dict, steps: int) -> dict:
-    trial = yaml.safe_load(yaml.safe_dump(config))
+    trial = plain_copy(config)
     scheduler = trial.setdefault("step_scheduler", {})
     scheduler.update(max_steps=steps, val_every_steps=steps + 1, ckpt_every_steps=steps + 1)
     trial["checkpoint"] = {**(trial.get("checkpoint") or {}), "enabled": False}
