@@ -6,7 +6,8 @@ the same command line runs as a user runs it (``python -m service.cli tune ...``
 imports count) and, as the reference, ``python -c pass`` (the interpreter's own start-up); with ``--baseline DIR``
 also the same command from another checkout (an older commit), in the same rounds. Bytecode caches are written
 and one untimed run of each comes first, as an installed package runs. Reported: the median wall time of each and
-their ratio; ``--importtime`` adds the slowest imports of one run (``-X importtime``).
+their ratio, wall time and CPU time (user + system: what moves little with the shared machine's load);
+``--importtime`` adds the slowest imports of one run (``-X importtime``).
 
     .venv/bin/python benchmarks/tune_repeat_speed.py [--repeats 5] [--baseline DIR] [--importtime 15] [--json OUT]
     .venv/bin/python benchmarks/tune_repeat_speed.py --smoke     # 1 repeat: checks the script
@@ -20,6 +21,7 @@ import io
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,13 +60,20 @@ def _env(code: Path = ROOT) -> dict:
     return env
 
 
-def timed(command: list[str], cwd: Path, code: Path = ROOT) -> tuple[float, str]:
-    start = time.perf_counter()
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], cwd: Path, code: Path = ROOT) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one run: CPU time (user + system) moves little with the shared machine's load,
+    wall time with it."""
+    cpu, start = _children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=_env(code), capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])} ... exited {done.returncode}: {done.stderr[-2000:]}")
-    return wall, done.stdout
+    return wall, cpu, done.stdout
 
 
 def tune_command(db: Path) -> list[str]:
@@ -100,29 +109,32 @@ def main(argv: Optional[list[str]] = None) -> dict:
         db = work / "runs.sqlite"
         fill_store(db, work)
         codes = {"tune": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
-        times: dict[str, list[float]] = {name: [] for name in [*codes, "python"]}
-        for round_ in range(repeats + 1):  # round 0 untimed (bytecode written); then interleaved rounds
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in [*codes, "python"]}
+        for _ in range(repeats + 1):  # the first round untimed (bytecode written); then interleaved rounds
             for name, code in codes.items():
-                wall, out = timed(tune_command(db), work, code)
+                wall, cpu, out = timed(tune_command(db), work, code)
                 answered = ANSWERED.search(out)
                 if not answered or answered.group(1) != answered.group(2):
                     raise SystemExit(f"{name}: the repeated tune did not answer every trial from the store:\n"
                                      f"{out[-2000:]}")
-                times[name].append(wall)
-            times["python"].append(timed([sys.executable, "-c", "pass"], work)[0])
+                runs[name].append((wall, cpu))
+            runs["python"].append(timed([sys.executable, "-c", "pass"], work)[:2])
         imports = slowest_imports(db, work, args.importtime) if args.importtime else []
-    medians = {name: statistics.median(runs[1:]) for name, runs in times.items()}
-    result = {"repeats": repeats, "tune_s": round(medians["tune"], 3), "python_s": round(medians["python"], 3),
-              "ratio": round(medians["tune"] / medians["python"], 1),
-              "tune_runs_s": [round(t, 3) for t in times["tune"][1:]],
-              "slowest_imports_s": [[p, round(s, 3)] for p, s in imports]}
-    if args.baseline:
-        result.update(baseline_s=round(medians["baseline"], 3),
-                      baseline_ratio=round(medians["baseline"] / medians["python"], 1))
-    print(f"repeated tune (every trial from the store): median {result['tune_s']:.2f} s of {repeats}; "
-          f"`python -c pass`: {result['python_s']:.3f} s; ratio {result['ratio']}x")
-    if args.baseline:
-        print(f"baseline {args.baseline}: median {result['baseline_s']:.2f} s; ratio {result['baseline_ratio']}x")
+    result: dict = {"repeats": repeats}
+    for name, timings in runs.items():
+        wall, cpu = (statistics.median(t[i] for t in timings[1:]) for i in (0, 1))
+        result[name] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                        "wall_runs_s": [round(t[0], 3) for t in timings[1:]]}
+    for name in codes:
+        result[name].update(wall_ratio=round(result[name]["wall_s"] / result["python"]["wall_s"], 1),
+                            cpu_ratio=round(result[name]["cpu_s"] / result["python"]["cpu_s"], 1))
+    result["slowest_imports_s"] = [[p, round(s, 3)] for p, s in imports]
+    py = result["python"]
+    print(f"`python -c pass`: {py['wall_s']:.3f} s wall, {py['cpu_s']:.3f} s CPU (medians of {repeats})")
+    for name in codes:
+        r = result[name]
+        print(f"repeated tune{' (' + str(args.baseline) + ')' if name == 'baseline' else ''}, every trial from the "
+              f"store: {r['wall_s']:.2f} s wall ({r['wall_ratio']}x), {r['cpu_s']:.2f} s CPU ({r['cpu_ratio']}x)")
     for package, seconds in imports:
         print(f"  import {package}: {seconds:.3f} s")
     if args.json:
