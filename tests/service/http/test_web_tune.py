@@ -131,3 +131,12 @@ def test_a_collected_megatron_sweep_shows_on_the_page(tmp_path, monkeypatch, cap
     assert _trial_rows(html) == ["2", "1", "3", "4"] and html.count("(collected sweep)") == 3
     assert "out of memory</span>: " in html and html.count(">not run yet</span>") == 1
     assert "Megatron Bridge trial(s)" in html and "run_recipe.py --recipe" in html
+
+
+def test_a_recommendation_links_to_the_tune_of_its_request(page):
+    client, _ = page
+    query = {"model": "tiny-llama", "gpus": "2", "gpu_type": "cpu", "engine": "bundled", "precision": "fp32",
+             "grad_reduce_dtype": "fp32"}
+    link = re.search(r'href="(/tune\?[^"]+)"', client.get("/recommend", params=query).text).group(1)
+    answer = client.get(link.replace("&amp;", "&"))
+    assert answer.status_code == 200 and "2 x cpu" in answer.text and 'value="fp32" selected' in answer.text
