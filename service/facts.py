@@ -68,6 +68,9 @@ class Finding:
     # Accepted by the user (service/validate/suppress.py): {"kind": "inSource" | "external", "justification": why}.
     # Listed in JSON and SARIF (as SARIF suppressions), left out of text, GitHub and the counts.
     suppressed: Optional[dict] = None
+    # Where the finding points when its key is not written yet (a setting its fix adds): the key whose value broke
+    # the rule (RA-L011's split setting, at pp_size). Not part of the answer.
+    at: Optional[str] = field(default=None, repr=False, compare=False)
 
     @property
     def text(self) -> str:

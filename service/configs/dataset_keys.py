@@ -1,5 +1,5 @@
 """The keys each dataset kind takes where a config writes it without a ``_target_`` (a Megatron Bridge preset:
-``preset: squad``), the free-form case the near-miss rule (RA-C015) reads. A ``_target_`` dataset's keys are its
+``preset: squad``), the free-form case the near-miss rule (RA-D005) reads. A ``_target_`` dataset's keys are its
 signature's (RA-S002).
 """
 

@@ -64,6 +64,9 @@ class Document:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     duplicates: list[tuple[str, int, int]] = field(default_factory=list)
     path: str = "<string>"
+    # A dialect's sections as its file writes them (a Megatron Bridge `peft:`), for the rules that judge a
+    # dialect's own names; `data` is the dialect read into this product's format.
+    dialect_sections: dict = field(default_factory=dict)
 
     def position(self, key: Optional[str]) -> tuple[Optional[int], Optional[int]]:
         """Line/column of a dotted key, else of its nearest present parent."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from service.facts import Facts, Finding
 from service.validate.automodel import mesh_rules, recipe_rules  # noqa: F401  (they register too)
 from service.validate.rules import (  # noqa: F401  (they register)
+    bridge_peft,
     config_rules,
     data_rules,
     engine,

@@ -196,6 +196,7 @@ def native_findings(doc: Document, gpus: Optional[int], gpu_type: Optional[str],
     that is costly to search is left in ``deferred_fixes`` for `finished`."""
     findings: list[Finding] = []
     view = build_view(doc, gpus, gpu_type, nodes, resolve_model)
+    view.bridge_version_flag = bridge_version
     for rule in CONFIG_RULES:
         findings.extend(_emit(rule, rule.check(view), doc, deferred_fixes))
     if view.facts is not None:

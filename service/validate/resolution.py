@@ -48,5 +48,6 @@ def _emit(rule, result, doc: Document, deferred_fixes: dict[int, Callable[[], st
         finding, deferred_fix = rule.finding_with_deferred_fix(violation)
         if deferred_fix is not None:
             deferred_fixes[id(finding)] = deferred_fix
-        finding.line, finding.column = doc.position(finding.key)
+        written = finding.at is None or finding.key in doc.positions
+        finding.line, finding.column = doc.position(finding.key if written else finding.at)
         yield finding

@@ -31,3 +31,9 @@ class ConfigView:
     gpus_flag: Optional[int] = None  # --gpus as given: the GPUs per node were read from it, not the file
     gpus_read_as_total: bool = False  # --gpus filled whole nodes and replaced the file's num_nodes
     nodes_flag: Optional[int] = None
+    bridge_version_flag: Optional[str] = None  # --bridge-version: over metadata.bridge_version
+
+    def bridge_version(self) -> Optional[str]:
+        """The Megatron Bridge release whose defaults the config assumes, as stated (the flag first), or None."""
+        meta = self.config.metadata if self.config is not None else None
+        return self.bridge_version_flag or (meta.bridge_version if meta is not None else None)

@@ -44,6 +44,11 @@ class MovedDefault:
 # Megatron-Core's ModelParallelConfig.__post_init__ set an unset expert_tensor_parallel_size to TP.
 ETP_DEFAULT = MovedDefault(key="distributed.etp_size", commit="6f2f546e", date=dt.date(2026, 7, 1),
                            release=(0, 6, 0), before="TP", after="1 (with EP > 1)")
+# scripts/training/run_recipe.py (PR #4856, the shared launcher) synchronizes model.seq_length from the dataset's
+# after the overrides; before it nothing did, and training/config.py ConfigContainer.validate() asserts they match.
+SEQ_LENGTH_SYNC = MovedDefault(key="model.seq_length", commit="e28e1ca3", date=dt.date(2026, 7, 15),
+                               release=(0, 6, 0), before="must equal dataset.seq_length",
+                               after="synchronized from dataset.seq_length by run_recipe.py")
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ LM_ALIASES = {
 # Megatron settings the pitfall rules read (service/validate/rules/pitfalls.py), kept under `model:`.
 MODEL_SETTINGS = ("cuda_graph_impl", "cuda_graph_scope", "use_te_rng_tracker", "cp_comm_type",
                   "hierarchical_context_parallel_sizes", "overlap_grad_reduce")
-DATASET_SETTINGS = ("pad_to_max_length", "offline_packing_specs")
+DATASET_SETTINGS = ("pad_to_max_length", "offline_packing_specs", "enable_in_batch_packing")
 BRIDGE_SECTIONS = {"micro_batch_size": "train", "global_batch_size": "train", "train_iters": "train",
                    "overlap_grad_reduce": "ddp",
                    "lr": "optimizer", "use_distributed_optimizer": "ddp", "use_megatron_fsdp": "ddp",
@@ -82,6 +82,10 @@ class Reading:
     names: dict[str, str] = field(default_factory=dict)  # our key -> the dialect's key
     card: Optional[ModelCard] = None
     dialect: str = BRIDGE
+    # Sections judged by their Bridge names (a `peft:`), and where each of their keys is written: a Bridge key may
+    # share its name with one of ours that another Bridge key was read into (`peft.rank` beside `peft.dim`).
+    dialect_sections: dict = field(default_factory=dict)
+    written_positions: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def spell(self, name: str) -> str:
         """An MCore name as this dialect writes it: ``--an-argument``, or its Bridge section and key."""
@@ -108,6 +112,11 @@ def read_bridge(doc: Document) -> dict[str, tuple[Any, int, str]]:
             out[f"dataset.{name}"] = (dataset[name], doc.position(f"dataset.{name}")[0] or 0, f"dataset.{name}")
     if isinstance(dataset, dict) and dataset.get("seq_length") is not None:
         out["seq_length"] = (dataset["seq_length"], doc.position(BRIDGE_DATASET_LENGTH)[0] or 0, BRIDGE_DATASET_LENGTH)
+    peft = doc.data.get("peft")
+    if isinstance(peft, (str, dict)):
+        out["peft"] = (peft, doc.position("peft")[0] or 0, "peft")
+        for key in peft if isinstance(peft, dict) else ():
+            out[f"peft.{key}"] = (peft[key], doc.position(f"peft.{key}")[0] or 0, f"peft.{key}")
     precision = doc.data.get("mixed_precision")
     if isinstance(precision, (str, dict)):
         out["mixed_precision"] = (precision, doc.position("mixed_precision")[0] or 0, "mixed_precision")
@@ -157,6 +166,8 @@ def translate(values: dict[str, tuple[Any, int, str]], dialect: str, gpus: Optio
         if isinstance(values.get(name, (None,))[0], bool):
             value, line, written = values[name]
             put("distributed.grad_reduce_dtype", "fp32" if value is fp32 else "bf16", line, written)
+    if "peft" in values:
+        _peft(reading, values)
     precision = _precision(values)
     if precision is not None:
         value, line, written = precision
@@ -168,6 +179,21 @@ def translate(values: dict[str, tuple[Any, int, str]], dialect: str, gpus: Optio
     reading.card = model_card(values)
     _hardware(reading, values, dialect, gpus, nodes, gpu_type)
     return reading
+
+
+def _peft(reading: Reading, values: dict) -> None:
+    """Bridge's ``peft:`` as this product's ``peft`` (service/validate/megatron/peft.py): the goal is PEFT."""
+    from service.validate.megatron.peft import our_peft
+
+    section, line, _ = values["peft"]
+    reading.data["peft"], written = our_peft(section)
+    reading.dialect_sections["peft"] = section
+    reading.positions["peft"] = (line, 1)
+    for ours, theirs in written.items():
+        reading.positions[ours], reading.names[ours] = (values[theirs][1], 1), theirs
+    for key, (_, key_line, _) in values.items():  # every key as written, for the rules on Bridge's names
+        if key.startswith("peft."):
+            reading.written_positions[key] = (key_line, 1)
 
 
 def _precision(values: dict) -> Optional[tuple[str, int, str]]:

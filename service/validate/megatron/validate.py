@@ -19,6 +19,7 @@ from service.validate.megatron.dialect import (
     read_lm,
     translate,
 )
+from service.validate.rules.bridge_peft import BRIDGE_NAMED
 
 
 def bridge_findings(doc: Document, **flags) -> list[Finding]:
@@ -90,17 +91,23 @@ def _judge(reading: Reading, path: str, gpus: Optional[int] = None, gpu_type: Op
                                                  "and num_attention_heads")
         return reading.card
 
-    doc = Document(data=reading.data, positions=reading.positions, path=path)
+    doc = Document(data=reading.data, positions=reading.positions, path=path,
+                   dialect_sections=reading.dialect_sections)
     deferred_fixes: dict[int, Callable[[], str]] = {}
     findings = native_findings(doc, gpus, gpu_type, nodes, resolve, bridge_version, deferred_fixes)
     findings = finished(findings, deferred_fixes)
     spelled = dialect_names(reading)
     for finding in findings:
+        if finding.code in BRIDGE_NAMED:  # judged by the dialect's own names already
+            finding.line, finding.column = reading.written_positions.get(finding.key, (finding.line, finding.column))
+            continue
         for ours, theirs in spelled:  # the message and fix in the dialect's own names
             finding.message = finding.message.replace(ours, theirs)
             finding.fix = finding.fix.replace(ours, theirs) if finding.fix else finding.fix
         if finding.key in reading.names:
             finding.key = reading.names[finding.key]
         elif finding.key is not None and finding.key not in reading.positions:
-            finding.line = finding.column = None  # a key the dialect did not write: no line of the file holds it
+            if finding.at not in reading.positions:  # a key the dialect did not write: no line of the file holds it
+                finding.line = finding.column = None
+            finding.key = dict(spelled).get(finding.key, finding.key)  # but its name is the dialect's
     return findings

@@ -103,13 +103,22 @@ def duplicate_keys(view: "ConfigView") -> Iterator[Violation]:
 
 
 @config_rule("RA-C004", "warning", "model.seq_length", "model and dataset sequence lengths agree",
-             "Bridge run_recipe syncs model.seq_length to dataset.seq_length (Megatron Bridge 2)")
+             "Bridge run_recipe syncs model.seq_length to dataset.seq_length (Megatron Bridge 2); before it "
+             "(v0.6.0, commit e28e1ca3) training/config.py ConfigContainer.validate() asserts they match")
 def model_dataset_seq_length(view: "ConfigView") -> Optional[Violation]:
+    from trainer.contract.bridge_version import SEQ_LENGTH_SYNC, parse_bridge_version
+
     cfg = view.config
     if cfg is None or not cfg.model.seq_length or not cfg.dataset.seq_length:
         return None
     if cfg.model.seq_length == cfg.dataset.seq_length:
         return None
+    version = view.bridge_version() if cfg.distributed.strategy == "megatron" else None
+    if version is not None and not SEQ_LENGTH_SYNC.applies_after(parse_bridge_version(version)):
+        return Violation(f"model.seq_length={cfg.model.seq_length} differs from dataset.seq_length="
+                         f"{cfg.dataset.seq_length}: before {SEQ_LENGTH_SYNC.since} nothing syncs them and "
+                         f"ConfigContainer.validate() asserts they match at start-up (bridge_version {version})",
+                         f"set model.seq_length: {cfg.dataset.seq_length} or remove it", severity="error")
     return Violation(f"model.seq_length={cfg.model.seq_length} differs from dataset.seq_length="
                      f"{cfg.dataset.seq_length}; the runner overwrites the model value with the dataset's",
                      f"set model.seq_length: {cfg.dataset.seq_length} or remove it")

@@ -11,6 +11,7 @@ Megatron-Core places layers one of three ways, and refuses a model it cannot pla
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from service.facts import Facts
@@ -56,17 +57,38 @@ def layers_split_over_stages(f: Facts) -> Optional[Violation]:
         return None  # even, or the shipped Bridge recipe run at its own pipeline, whose function sets the split
     if bundled(f):  # the bundled trainer cuts its stages at Megatron's split itself (trainer/distributed/pipeline.py)
         return None if stage_layer_counts(layers, lay.pp, lay.vp_or_1) is not None else _no_split(f)
-    if megatron_split_settings(layers, lay.pp, lay.vp_or_1) is None:
-        return _no_split(f)
-    message = (f"{layers} decoder layers of {f.model.id} do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
-               f"{stages} stages and nothing places them otherwise: Megatron-Core asserts layers % PP == 0 (and each "
-               "rank's layers % VP == 0) at start-up")
-    fix = (f"set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model config), or pick "
-           f"PP x VP dividing {layers}")
-    # The key is pp_size, the line the user wrote (the split settings the fix offers are not in the file yet).
+    settings = megatron_split_settings(layers, lay.pp, lay.vp_or_1)
+    violation = _vp_breaks_split(f, settings is not None)
+    if settings is None:  # no split places them: an error for the planner's facts too
+        return violation or _no_split(f)
+    violation = violation or Violation(
+        f"{layers} decoder layers of {f.model.id} do not divide evenly over PP={lay.pp} x VP={lay.vp_or_1} = "
+        f"{stages} stages and nothing places them otherwise: Megatron-Core asserts layers % PP == 0 (and each "
+        "rank's layers % VP == 0) at start-up",
+        f"set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model config), or pick "
+        f"PP x VP dividing {layers}",
+        key=_split_key(settings), at="distributed.pp_size")  # the key its fix sets, at the line that broke it
     if f.extra.get("planner"):  # the config builder writes the split with the layout (config_build._place_layers)
-        return Violation(message, fix, severity="warning")
-    return Violation(message, fix)
+        return replace(violation, severity="warning")
+    return violation
+
+
+def _vp_breaks_split(f: Facts, split_exists: bool) -> Optional[Violation]:
+    """The even split that only VP breaks: the layers divide over PP, a rank's share not into VP chunks. The fix
+    (and the key) is vp_size, to a divisor of the rank's share; else Megatron's uneven split where one exists."""
+    lay, layers = f.layout, f.model.num_hidden_layers
+    if lay.vp_or_1 == 1 or layers % lay.pp:
+        return None
+    per_rank = layers // lay.pp
+    chunks = [d for d in divisors(per_rank) if 1 < d <= 16]
+    offer = (f"set distributed.vp_size to {' or '.join(map(str, chunks))} (divisors of {per_rank}), or leave it out"
+             if chunks else "leave distributed.vp_size out")
+    return Violation(f"{layers} decoder layers of {f.model.id} divide over PP={lay.pp} ({per_rank} per rank) but a "
+                     f"rank's {per_rank} not into VP={lay.vp_or_1} chunks: Megatron-Core asserts each rank's layers "
+                     "% VP == 0 at start-up",
+                     offer + (
+                         f", or set {megatron_split(layers, lay.pp, lay.vp_or_1)} under `model:` (Megatron's model "
+                         "config)" if split_exists else ""), key="distributed.vp_size")
 
 
 def _split_key(split: dict) -> str:

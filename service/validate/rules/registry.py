@@ -23,6 +23,7 @@ class Violation:
     fix: Union[str, Callable[[], str]]
     severity: Optional[str] = None  # overrides the rule's default (e.g. a split Megatron accepts)
     key: Optional[str] = None  # overrides the rule's default key
+    at: Optional[str] = None  # the key whose line to point at while ``key`` is not written yet (Finding.at)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Rule:
             message=violation.message,
             key=violation.key or self.key,
             fix=None if deferred else violation.fix,
+            at=violation.at,
         ), deferred
 
 

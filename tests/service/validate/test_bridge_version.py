@@ -67,3 +67,19 @@ def test_a_version_that_is_none_is_a_schema_error_naming_the_forms():
     text = CONFIG.format(metadata="metadata:\n  bridge_version: banana\n", etp="")
     (bad,) = [f for f in validate_text(text, "c.yaml").findings if f.key == "metadata.bridge_version"]
     assert bad.severity == "error" and "2026-07-01" in bad.message
+
+
+@pytest.mark.parametrize("metadata, flag, severity", [
+    ("metadata:\n  bridge_version: '2025-08-20'\n", None, "error"), ("", "0.5.1", "error"),
+    ("metadata:\n  bridge_version: 0.6.0\n", None, "warning"), ("", None, "warning"),
+    ("metadata:\n  bridge_version: 0.6.0\n", "0.5.1", "error"),  # the flag speaks for the run
+])
+def test_model_and_dataset_lengths_that_differ_fail_before_the_launcher_synced_them(metadata, flag, severity):
+    """Before run_recipe.py (v0.6.0) synced model.seq_length from the dataset, ConfigContainer.validate() asserted
+    they match: an error for a config that states such a release, the sync warning otherwise."""
+    text = metadata + CONFIG.format(metadata="", etp="").replace("  seq_length: 4096\n", "  seq_length: 8192\n")
+    text = text.replace("  pretrained_model_name_or_path: qwen3-30b-a3b\n",
+                        "  pretrained_model_name_or_path: qwen3-30b-a3b\n  seq_length: 131072\n")
+    (found,) = [f for f in validate_text(text, "c.yaml", bridge_version=flag).findings if f.code == "RA-C004"]
+    assert found.severity == severity and found.key == "model.seq_length"
+    assert found.fix == "set model.seq_length: 8192 or remove it"

@@ -58,7 +58,8 @@ def test_layers_that_do_not_divide_are_an_error_fixed_by_the_split_megatron_take
     """transformer_block.get_num_layers_to_build asserts layers % PP == 0 without a split: the run fails."""
     (error,) = split_findings("llama3-8b", 5, 1, nodes=5)
     assert error.severity == "error" and "under `model:`" in error.fix
-    assert error.key == "distributed.pp_size"
+    assert error.key == "model.num_layers_in_first_pipeline_stage"  # the key its fix sets, not yet in the file
+    assert error.line == 5  # at pp_size, the value that broke the split (an inline ignore there accepts it)
     assert "num_layers_in_first_pipeline_stage=5 and num_layers_in_last_pipeline_stage=6" in error.fix
     right = "  num_layers_in_first_pipeline_stage: 5\n  num_layers_in_last_pipeline_stage: 6\n"
     assert split_findings("llama3-8b", 5, 1, nodes=5, model_keys=right) == []
@@ -67,6 +68,14 @@ def test_layers_that_do_not_divide_are_an_error_fixed_by_the_split_megatron_take
     assert error.severity == "error" and "22 layers left for 3 stage(s)" in error.message
     accounted = "  account_for_embedding_in_pipeline_split: true\n  account_for_loss_in_pipeline_split: true\n"
     assert split_findings("llama3-8b", 2, 1, nodes=2, model_keys=accounted) == []  # 34 over 2
+
+
+def test_layers_that_divide_over_pp_but_not_into_vp_chunks_name_vp_size():
+    """32 layers over PP 4 are 8 per rank; VP 3 does not divide them (get_num_layers_to_build asserts)."""
+    (error,) = split_findings("llama3-8b", 4, 3, nodes=4)
+    assert error.severity == "error" and error.key == "distributed.vp_size"
+    assert error.fix.startswith("set distributed.vp_size to 2 or 4 or 8 (divisors of 8), or leave it out")
+    assert split_findings("llama3-8b", 4, 2, nodes=4) == []
 
 
 @pytest.mark.parametrize("model, pp, vp, ep, nodes, keys, said", [

@@ -97,6 +97,7 @@ CASES = [
     ("RA-L018", "dense", {"dataset.seq_length": 4095}),
     ("RA-B001", "dense", {"step_scheduler.global_batch_size": 30}),
     ("RA-B002", "dense", {"step_scheduler.local_batch_size": 2, "dataset.packed_sequence": True}),
+    ("RA-B003", "dense", {"dataset.enable_in_batch_packing": True}),
     ("RA-P001", "dense", {"hardware.gpu_type": "a100-80gb", "precision": "fp8"}),
     ("RA-P002", "dense", {"precision": "nvfp4"}),
     ("RA-P003", "dense", {"metadata": dict(META, precision_recipe="fp8mx"), "precision": "fp8"}),
@@ -189,6 +190,7 @@ def test_every_registered_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"RA-C003", "RA-C014"}  # raw YAML / the --gpus flag: tests below
     covered |= {"RA-L019"}  # needs a bundled model with a layout table: tests/service/validate/test_pipeline_split.py
     covered |= {"RA-G007"}  # needs a bundled vision-language model: tests/service/validate/test_pitfall_rules.py
+    covered |= {"RA-C015"}  # a Megatron Bridge ConfigContainer's peft: tests/service/validate/test_bridge_peft.py
     covered |= AUTOMODEL_COVERED  # AutoModel recipes: tests/service/validate/test_automodel_dialect.py
     registered = {r.code for r in all_rules()}
     assert registered == covered, registered ^ covered
@@ -207,7 +209,7 @@ def test_megatron_split_error_names_the_split(models):
     findings = validate_text(yaml.safe_dump(config), "w.yaml").findings
     assert [(f.code, f.severity) for f in findings] == [("RA-L011", "error")]
     assert "account_for_embedding_in_pipeline_split=true" in findings[0].fix
-    assert findings[0].key == "distributed.pp_size"
+    assert findings[0].key == "model.account_for_embedding_in_pipeline_split"  # the key its fix sets
 
 
 def test_target_outside_allow_list_is_never_imported(models, monkeypatch):
