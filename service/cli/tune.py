@@ -147,7 +147,7 @@ def _tune_here(args: argparse.Namespace, prepared, candidates) -> int:
         if store is not None:
             store.close()
     written = None
-    text = measured_config_text(result)
+    text = measured_config_text(result) if args.output else None  # renders the winner's config and commands
     if args.output and text is not None:
         from service.cli.recommend import _save
 

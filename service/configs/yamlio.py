@@ -78,6 +78,18 @@ class Document:
         return (None, None)
 
 
+try:  # libyaml: the same data several times faster (a tune builds a dozen configs)
+    from yaml import CSafeDumper as _CopyDumper
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    from yaml import SafeDumper as _CopyDumper
+
+
+def plain_copy(data: Any) -> Any:
+    """A deep copy made of what YAML keeps: plain dicts (keys sorted, as ``yaml.safe_dump`` sorts them), lists
+    and scalars; the same data as ``yaml.safe_load(yaml.safe_dump(data))``, through libyaml where installed."""
+    return yaml.load(yaml.dump(data, Dumper=_CopyDumper), Loader=_Loader)
+
+
 def not_regular_file(path: str) -> Optional[str]:
     """What the path is when it is not a regular file (None for a file or a missing path, which
     ``open`` reports): opening a FIFO blocks until a writer comes, and a device or socket is no

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from service.http import web, web_runs
+from service.http import web, web_runs, web_tune
 from service.http.about import DESCRIPTION, TAGS, version
 from service.http.errors import install_error_handlers
 from service.http.limits import MAX_BODY_BYTES, BodyLimitMiddleware, SecurityHeadersMiddleware
@@ -35,7 +35,7 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
                                   openapi_tags=TAGS, static_url=DOCS_ASSETS)
     install_error_handlers(app)
     # this order is the order of /openapi.json
-    for routes in (health, validate, catalog, advise, tune, runs, web, web_runs):
+    for routes in (health, validate, catalog, advise, tune, runs, web, web_runs, web_tune):
         app.include_router(routes.router)
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     # Added last = outermost: the body cap applies before any route or parser sees a byte.

@@ -225,30 +225,38 @@ FORM_FIELDS = ("model", "gpu_type", "gpus", "nodes", "goal", "seq_length", "engi
                "grad_reduce_dtype", "emit")
 
 
-def _query_problems(query: Any) -> list[Problem]:
+def query_problems(query: Any, fields: tuple[str, ...] = FORM_FIELDS) -> list[Problem]:
     """A Problem for each query parameter the form does not have, or has once but was given more
     often: a misspelt or unsupported one (`&global_batch=64`) would otherwise be dropped, and a repeated
     one (`&gpus=8&gpus=16`) answered with its last value; either way another request than asked (the
     API refuses both with 422, service.http.limits.StrictRequestRoute)."""
-    unknown = sorted({key for key in query.keys() if key not in FORM_FIELDS})
-    repeated = [key for key in dict.fromkeys(query.keys()) if key in FORM_FIELDS and len(query.getlist(key)) > 1]
-    fields = ", ".join(FORM_FIELDS)
-    return ([Problem(f"unknown parameter; the form's fields are {fields}", key[:40]) for key in unknown[:8]]
+    unknown = sorted({key for key in query.keys() if key not in fields})
+    repeated = [key for key in dict.fromkeys(query.keys()) if key in fields and len(query.getlist(key)) > 1]
+    names = ", ".join(fields)
+    return ([Problem(f"unknown parameter; the form's fields are {names}", key[:40]) for key in unknown[:8]]
             + [Problem(REPEATED_PARAMETER, key) for key in repeated])
 
 
-def _form_body(form: dict) -> tuple[Optional[m.RecommendBody], list[Problem]]:
+def form_body(form: dict, body: type[m.PlanBody] = m.RecommendBody,
+               fields: tuple[str, ...] = FORM_FIELDS) -> tuple[Optional[m.PlanBody], list[Problem]]:
     """The API body from the form's strings; each pydantic error becomes a Problem naming its field.
     Lax mode: a form's values are all text, so "8" is read as the integer the API body holds."""
-    values = {k: v.strip() for k, v in form.items() if k in FORM_FIELDS and str(v).strip()}
+    values = {k: v.strip() for k, v in form.items() if k in fields and str(v).strip()}
     try:
-        return m.RecommendBody.model_validate(values, strict=False), []
+        return body.model_validate(values, strict=False), []
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
             name = ".".join(str(part) for part in error["loc"]) or "form"
             problems.append(Problem(error["msg"], name))
         return None, problems
+
+
+def lookup_problem(err: UnknownModelError | UnknownHardwareError) -> Problem:
+    """The form's problem for a model or GPU type the index does not know (the API answers 404)."""
+    if isinstance(err, UnknownModelError):
+        return Problem(f"unknown model {err.name!r}: not a bundled model", "model", err.suggestions)
+    return Problem(f"unknown GPU type {err.name!r}", "gpu_type", err.suggestions or err.known)
 
 
 def download_name(request: AdviceRequest) -> str:
@@ -282,20 +290,16 @@ async def _recommendation(request: Request, download: bool = False) -> tuple[Opt
     that does not take HTML (``curl -o config.yaml``) gets the problems as text, not a page to save as its config."""
     form = form_defaults(request.query_params)
     query = urlencode({k: v for k, v in form.items() if v})
-    problems = _query_problems(request.query_params)
-    body, problems = (None, problems) if problems else _form_body(form)
+    problems = query_problems(request.query_params)
+    body, problems = (None, problems) if problems else form_body(form)
     status = 422  # as the API answers a body with an unknown key
     if body is not None:
         try:
             advice = body_request(body)
             filename = download_name(advice)
             status, content = await recommend_answer(body, advice, filename)
-        except UnknownModelError as err:
-            problems = [Problem(f"unknown model {err.name!r}: not a bundled model", "model", err.suggestions)]
-            status = 404
-        except UnknownHardwareError as err:
-            problems = [Problem(f"unknown GPU type {err.name!r}", "gpu_type", err.suggestions or err.known)]
-            status = 404
+        except (UnknownModelError, UnknownHardwareError) as err:
+            problems, status = [lookup_problem(err)], 404
         else:
             data = json.loads(content)
             if status == 200:

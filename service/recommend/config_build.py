@@ -12,13 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-import yaml
-
 from recipe_index import load_recipe_text
 from recipe_index.cards import ModelCard
 from recipe_index.recipes import RecipeEntry
 from service.configs.changes import diff, effective
-from service.configs.yamlio import OverrideError, load_yaml, with_overrides
+from service.configs.yamlio import OverrideError, load_yaml, plain_copy, with_overrides
 from service.layouts.arithmetic import PIPELINE_SPLIT_KEYS, megatron_split_settings, split_problem
 from service.layouts.bridge_tables import PIPELINE_LAYOUT_TABLES, explicit_layouts
 from service.plan.search_space import needs_explicit_layout
@@ -314,7 +312,7 @@ def build_config(card: ModelCard, goal: str, engine: str, recipe: Optional[Recip
     the recipe's config (base_config), when the caller has loaded it. Neither is changed."""
     notes = [] if notes is None else notes
     base = base_config(recipe) if base is None else base
-    config = yaml.safe_load(yaml.safe_dump(base))  # a deep, plain copy
+    config = plain_copy(base)  # a deep, plain copy
     config.pop("metadata", None)
     model_name = card.hf_id if engine == "megatron" and card.hf_id else card.id
     named = _get(config, "model.pretrained_model_name_or_path")

@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Optional
-
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from typing import TYPE_CHECKING, Optional
 
 from recipe_index.recipes import RecipeEntry
 from service.recommend.bridge_command import (
@@ -22,6 +20,9 @@ from service.recommend.bridge_command import (
     uncarried_note,
 )
 from trainer.contract.dotted import get_dotted as _get
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "launch"
 RENDEZVOUS_PORT = 29500
@@ -39,6 +40,10 @@ def job_name(config: dict) -> str:
 
 
 def _environment() -> Environment:
+    # jinja2 is imported here: a command that renders no launch command (a tune answered from the runs store)
+    # does not pay for it.
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     return Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
                        keep_trailing_newline=True, trim_blocks=False)
 

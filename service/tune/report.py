@@ -11,18 +11,23 @@ from service.tune.search import TrialResult, TuneResult
 MAX_SKIPPED_SHOWN = 6
 
 
-def pair_agreement(results: list[TrialResult]) -> tuple[int, int]:
-    """(pairs of measured trials the estimate orders as measured, pairs compared)."""
-    measured = [r for r in results if r.measured is not None]
+def pair_order(pairs: list[tuple[float, float]]) -> tuple[int, int]:
+    """(pairs of (estimate, measured) layouts the estimate orders as measured, pairs compared); ties are not
+    compared."""
     agree = total = 0
-    for a, b in combinations(measured, 2):
-        estimated = a.candidate.estimated_tokens_per_s_per_gpu - b.candidate.estimated_tokens_per_s_per_gpu
-        actual = a.measured - b.measured
+    for (est_a, meas_a), (est_b, meas_b) in combinations(pairs, 2):
+        estimated, actual = est_a - est_b, meas_a - meas_b
         if estimated == 0 or actual == 0:
             continue
         total += 1
         agree += (estimated > 0) == (actual > 0)
     return agree, total
+
+
+def pair_agreement(results: list[TrialResult]) -> tuple[int, int]:
+    """(pairs of measured trials the estimate orders as measured, pairs compared)."""
+    return pair_order([(r.candidate.estimated_tokens_per_s_per_gpu, r.measured) for r in results
+                       if r.measured is not None])
 
 
 def _versus_first(result: TuneResult) -> Optional[str]:

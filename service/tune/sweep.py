@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
+from service.configs.yamlio import plain_copy
 from service.recommend.automodel_emit import automodel_runs
 from service.recommend.recommendation import Prepared
 from service.tune.candidates import Candidate, Candidates, Skipped
@@ -62,8 +61,13 @@ def bridge_program(torchrun: str, steps: int) -> str:
     return shlex.join(words[start:] + [f"train.train_iters={steps}", "logger.log_interval=1"])
 
 
+def _torchrun(commands: dict) -> str:
+    """recommend's torchrun command: the one-node one, else the multi-node one (the same program and overrides)."""
+    return commands.get("torchrun") or commands["torchrun_multinode"]
+
+
 def _automodel_trial(config: dict, steps: int) -> dict:
-    trial = yaml.safe_load(yaml.safe_dump(config))
+    trial = plain_copy(config)
     scheduler = trial.setdefault("step_scheduler", {})
     scheduler.update(max_steps=steps, val_every_steps=steps + 1, ckpt_every_steps=steps + 1)
     trial["checkpoint"] = {**(trial.get("checkpoint") or {}), "enabled": False}
@@ -92,7 +96,7 @@ def sweep_trials(prepared: Prepared, candidates: Candidates, engine: str, *, tri
         header = [f"# tune sweep trial {index}: {candidate.label}, {warmup} warm-up + {steps} timed steps"]
         if engine == "megatron":
             program = "cd \"${MEGATRON_BRIDGE_DIR:?set MEGATRON_BRIDGE_DIR to your Megatron-Bridge checkout}\"\n" \
-                      f"$LAUNCH {bridge_program(cfg.recommendation.commands['torchrun'], total)} " \
+                      f"$LAUNCH {bridge_program(_torchrun(cfg.recommendation.commands), total)} " \
                       f"> \"$TRIAL/{LOGS['megatron']}\" 2>&1\n"
             text = dump(cfg.config, header)
         elif engine == "automodel":
@@ -105,6 +109,43 @@ def sweep_trials(prepared: Prepared, candidates: Candidates, engine: str, *, tri
     return out, skipped
 
 
+def trial_folder(trial: SweepTrial) -> str:
+    return f"trial-{trial.index:02d}"
+
+
+def run_script(prepared: Prepared, trial: SweepTrial) -> str:
+    """The trial's ``run.sh``: from its own folder, torchrun (or srun + torchrun) running its program."""
+    return (SCRIPT_HEAD + 'TRIAL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\ncd "$TRIAL"\n'
+            + _launcher(prepared.request.gpus_per_node) + trial.program)
+
+
+def manifest_entry(trial: SweepTrial, engine: str) -> dict:
+    name = trial_folder(trial)
+    return {"index": trial.index, "folder": name, "layout": trial.candidate.label,
+            "kind": trial.candidate.kind, "why": trial.candidate.why,
+            "estimate_tokens_per_s_per_gpu": round(trial.candidate.estimated_tokens_per_s_per_gpu, 1),
+            "command": f"bash {name}/run.sh", "log": f"{name}/{LOGS[engine]}"}
+
+
+def commands_script(entries: list[dict]) -> str:
+    """``commands.sh``: every trial in turn, a failed one reported and passed over."""
+    return SCRIPT_HEAD + 'cd "$(dirname "${BASH_SOURCE[0]}")"\n' + "".join(
+        f"{e['command']} || echo \"trial {e['index']} failed: see {e['log']}\"\n" for e in entries)
+
+
+def sbatch_script(prepared: Prepared, trials: int) -> str:
+    """``sweep.sbatch``: a Slurm job array, one task per trial, one at a time."""
+    req = prepared.request
+    gpus = "" if req.hardware.arch == "cpu" else f"#SBATCH --gpus-per-node={req.gpus_per_node}\n"
+    return ("#!/bin/bash\n#SBATCH --job-name=tune-" + req.model.id + f"\n#SBATCH --array=1-{trials}%1\n"
+            f"#SBATCH --nodes={req.num_nodes}\n#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n"
+            "#SBATCH --time=00:30:00\n#SBATCH --output=slurm-%A_%a.out\n"
+            "# Submit from this folder: sbatch sweep.sbatch   (add --account/--partition for your cluster;\n"
+            "# %1 runs one trial at a time, so trials do not share the GPUs)\n"
+            "set -euo pipefail\n"
+            'srun bash "$(printf "trial-%02d" "$SLURM_ARRAY_TASK_ID")/run.sh"\n')
+
+
 def write_sweep(folder: Path, prepared: Prepared, trials: list[SweepTrial], engine: str, *, steps: int,
                 warmup: int) -> dict:
     """Write the sweep (module docstring); returns the manifest it wrote."""
@@ -112,35 +153,19 @@ def write_sweep(folder: Path, prepared: Prepared, trials: list[SweepTrial], engi
     req = prepared.request
     entries = []
     for trial in trials:
-        name = f"trial-{trial.index:02d}"
-        sub = folder / name
+        sub = folder / trial_folder(trial)
         sub.mkdir(exist_ok=True)
         (sub / "trial.yaml").write_text(trial.config_text, encoding="utf-8")
-        script = (SCRIPT_HEAD + 'TRIAL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\ncd "$TRIAL"\n'
-                  + _launcher(req.gpus_per_node) + trial.program)
-        (sub / "run.sh").write_text(script, encoding="utf-8")
+        (sub / "run.sh").write_text(run_script(prepared, trial), encoding="utf-8")
         (sub / "run.sh").chmod(0o755)
-        entries.append({"index": trial.index, "folder": name, "layout": trial.candidate.label,
-                        "kind": trial.candidate.kind, "why": trial.candidate.why,
-                        "estimate_tokens_per_s_per_gpu": round(trial.candidate.estimated_tokens_per_s_per_gpu, 1),
-                        "command": f"bash {name}/run.sh", "log": f"{name}/{LOGS[engine]}"})
+        entries.append(manifest_entry(trial, engine))
     manifest = {"engine": engine, "model": req.model.id, "gpu_type": req.hardware.name,
                 "gpus_per_node": req.gpus_per_node, "nodes": req.num_nodes, "goal": prepared.goal,
                 "seq_length": req.seq_length, "global_batch_size": req.global_batch_size, "steps": steps,
                 "warmup": warmup, "trials": entries}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    commands = SCRIPT_HEAD + 'cd "$(dirname "${BASH_SOURCE[0]}")"\n' + "".join(
-        f"{e['command']} || echo \"trial {e['index']} failed: see {e['log']}\"\n" for e in entries)
-    (folder / "commands.sh").write_text(commands, encoding="utf-8")
-    gpus = "" if req.hardware.arch == "cpu" else f"#SBATCH --gpus-per-node={req.gpus_per_node}\n"
-    sbatch = ("#!/bin/bash\n#SBATCH --job-name=tune-" + req.model.id + f"\n#SBATCH --array=1-{len(entries)}%1\n"
-              f"#SBATCH --nodes={req.num_nodes}\n#SBATCH --ntasks-per-node=1\n{gpus}#SBATCH --exclusive\n"
-              "#SBATCH --time=00:30:00\n#SBATCH --output=slurm-%A_%a.out\n"
-              "# Submit from this folder: sbatch sweep.sbatch   (add --account/--partition for your cluster;\n"
-              "# %1 runs one trial at a time, so trials do not share the GPUs)\n"
-              "set -euo pipefail\n"
-              'srun bash "$(printf "trial-%02d" "$SLURM_ARRAY_TASK_ID")/run.sh"\n')
-    (folder / "sweep.sbatch").write_text(sbatch, encoding="utf-8")
+    (folder / "commands.sh").write_text(commands_script(entries), encoding="utf-8")
+    (folder / "sweep.sbatch").write_text(sbatch_script(prepared, len(entries)), encoding="utf-8")
     return manifest
 
 

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import yaml
 
+from service.configs.yamlio import plain_copy
 from service.recommend.config_build import build_config
 from service.recommend.recommendation import Prepared, Recommendation, advise
 from service.tune.candidates import Candidate
@@ -36,7 +37,7 @@ class CandidateConfig:
     def _with_fast_paths(self, config: dict) -> dict:
         if not self.candidate.fast_paths:
             return config
-        config = yaml.safe_load(yaml.safe_dump(config))
+        config = plain_copy(config)
         for key, value in self.candidate.fast_paths:
             set_dotted(config, key, value)
         return config
@@ -75,7 +76,7 @@ def candidate_config(prepared: Prepared, candidate: Candidate, config_path: str 
 def trial_config(config: dict, *, steps: int, warmup: int) -> dict:
     """The config that measures ``config``: ``warmup + steps`` steps each logged, mock data of the same shape,
     no checkpoint and no validation (neither is timed), the metrics in the trial's own folder (its cwd)."""
-    trial: dict[str, Any] = yaml.safe_load(yaml.safe_dump(config))
+    trial: dict[str, Any] = plain_copy(config)
     total = warmup + steps
     scheduler = trial.setdefault("step_scheduler", {})
     scheduler.update(max_steps=total, log_interval=1, val_check_interval=total, checkpoint_interval=total)

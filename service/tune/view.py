@@ -23,6 +23,18 @@ def request_flags(prepared, advice) -> list[str]:
     return flags
 
 
+def tune_commands(prepared, advice, *, trials: int, steps: int, warmup: int, emit: str = "recipe-advisor"
+                  ) -> dict[str, str]:
+    """The commands of the tune: write its sweep, read the sweep back and (bundled engine) run it here."""
+    flags = request_flags(prepared, advice) + ["--trials", str(trials), "--steps", str(steps), "--warmup", str(warmup)]
+    flags += ["--emit", emit] if emit != "recipe-advisor" else []
+    command = shlex.join(["recipe-advisor", "tune", *flags])
+    commands = {"sweep": f"{command} --emit-sweep tune-sweep", "collect": f"{command} --collect tune-sweep"}
+    if prepared.engine == "bundled" and emit == "recipe-advisor":
+        commands["here"] = f"{command} -o best.yaml"
+    return commands
+
+
 def tune_view(prepared, advice, candidates: Candidates, *, trials: int, steps: int, warmup: int,
               store=None) -> dict:
     """The first ``trials`` candidates with their estimates and, where the store holds the same trial (same trial
@@ -41,11 +53,7 @@ def tune_view(prepared, advice, candidates: Candidates, *, trials: int, steps: i
                      "estimate_tokens_per_s_per_gpu": round(candidate.estimated_tokens_per_s_per_gpu, 1),
                      "measured_tokens_per_s_per_gpu": None if measured is None else round(measured, 1),
                      "outcome": outcome, "detail": detail})
-    flags = request_flags(prepared, advice) + ["--trials", str(trials), "--steps", str(steps), "--warmup", str(warmup)]
-    command = shlex.join(["recipe-advisor", "tune", *flags])
-    commands = {"sweep": f"{command} --emit-sweep tune-sweep", "collect": f"{command} --collect tune-sweep"}
-    if prepared.engine == "bundled":
-        commands["here"] = f"{command} -o best.yaml"
+    commands = tune_commands(prepared, advice, trials=trials, steps=steps, warmup=warmup)
     measured_rows = [r for r in rows if r["measured_tokens_per_s_per_gpu"]]
     best = max(measured_rows, key=lambda r: r["measured_tokens_per_s_per_gpu"]) if measured_rows else None
     return {"trials": rows, "best_measured": best, "measured": len(measured_rows),

@@ -71,17 +71,23 @@ class TuneResponse(BaseModel):
                    "collect": f"{TUNE_EXAMPLE} --collect tune-sweep"}])
 
 
-def _view(body: TuneBody) -> dict:
+def tune_candidates(body: TuneBody) -> tuple:
+    """(prepared request, advice request, candidates) of a tune body, as `recipe-advisor tune` selects them."""
     from service.recommend.layout_source import choose_layout
     from service.recommend.recommendation import prepare
     from service.tune.candidates import select_candidates
-    from service.tune.view import tune_view
 
     advice = body_request(body)
     prepared = prepare(advice, read_runs=False)
     first, source = choose_layout(prepared.result, prepared.recipe, prepared.given)
     compiled = False if prepared.engine == "bundled" else None
-    candidates = select_candidates(prepared.result, first, source.summary, compiled=compiled)
+    return prepared, advice, select_candidates(prepared.result, first, source.summary, compiled=compiled)
+
+
+def _view(body: TuneBody) -> dict:
+    from service.tune.view import tune_view
+
+    prepared, advice, candidates = tune_candidates(body)
     return tune_view(prepared, advice, candidates, trials=body.trials, steps=body.steps, warmup=body.warmup,
                      store=reading_store())
 

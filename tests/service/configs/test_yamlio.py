@@ -238,3 +238,19 @@ def test_override_errors_name_the_flag():
         parse_overrides(["--model.junk", "x" * 10_001])
     # a value YAML reads as an impossible date stays the string given (no traceback, no error)
     assert apply_overrides({}, ["--metadata.name=2024-13-45"]) == {"metadata": {"name": "2024-13-45"}}
+
+
+def test_a_plain_copy_is_the_safe_yaml_round_trip_keys_sorted_alike():
+    import json
+
+    import yaml
+
+    from service.configs.yamlio import plain_copy
+
+    config = {"z": {"lr": 1e-4, "betas": (0.9, 0.95), "name": "yes", "ver": "1.0", "none": None, "on": True},
+              "a": [{"k": "ü – ✓", "n": 10**20}, "2024-01-01", float("inf")], "m": {"b": 1, "a": 2}}
+    copied = plain_copy(config)
+    expected = yaml.safe_load(yaml.safe_dump(config))
+    assert json.dumps(copied) == json.dumps(expected)  # same values, same key order (sorted)
+    copied["z"]["betas"].append(1)
+    assert config["z"]["betas"] == (0.9, 0.95)

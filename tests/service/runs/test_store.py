@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from service.runs.migrate import current_revision, head_revision, upgrade_to
+from service.runs.migrate import alembic_config, current_revision, head_revision, upgrade_to
 from service.runs.schema import RunRecord, config_hash, utcnow
 from service.runs.store import DB_ENV, RunsStore, _row_values, make_engine, resolve_url, runs_table
 from tests.paths import REPO
@@ -137,6 +137,34 @@ def test_migrations_upgrade_a_previous_revision_keeping_its_runs(store_url, prev
         layout_key, speed = conn.execute(sa.select(runs_table.c.layout_key, runs_table.c.tokens_per_s_per_gpu)).one()
     assert (layout_key, speed) == ("1,1,1,1,1,1,4,none", pytest.approx(1007.0))
     assert store.add(old) == (1, False)
+
+
+def test_the_head_read_from_the_migration_files_is_alembics_head():
+    from alembic.script import ScriptDirectory
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+OPEN_AND_REPORT = ("import sys; from service.runs.store import RunsStore; RunsStore(sys.argv[1]); "
+                   "print('alembic' in sys.modules)")
+
+
+def _opens_with_alembic(url: str) -> bool:
+    """Whether a fresh process opening the store at ``url`` loaded Alembic (it does only to migrate)."""
+    done = subprocess.run([sys.executable, "-c", OPEN_AND_REPORT, url], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, check=True, cwd=REPO)
+    return done.stdout.strip() == "True"
+
+
+@pytest.mark.slow  # two fresh processes: whether Alembic is imported shows only in a new interpreter
+def test_a_store_at_head_opens_without_alembic_and_an_older_one_is_still_upgraded(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = make_engine(url)
+    upgrade_to(engine, "r0003")
+    assert _opens_with_alembic(url)  # r0003 -> head: migrated
+    assert current_revision(engine) == head_revision() != "r0003"
+    assert "tokens_per_s_per_gpu" in {c["name"] for c in sa.inspect(engine).get_columns("runs")}
+    assert not _opens_with_alembic(url)  # at head: one plain query, no Alembic
 
 
 def _writer(*args: str) -> subprocess.Popen:

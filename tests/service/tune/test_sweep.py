@@ -104,3 +104,12 @@ def test_engines_tune_does_not_launch_here_ask_for_a_sweep(capsys):
     assert "--emit-sweep DIR" in capsys.readouterr().err
     assert main(["tune", "--model", "tiny-llama", "--gpus", "2", "--gpu-type", "cpu", "--emit", "automodel"]) == 2
     assert "only as a sweep" in capsys.readouterr().err
+
+
+def test_a_multi_node_megatron_sweep_runs_the_recipe_on_every_node(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    two_nodes = [*LLAMA_8B[:4], "16", *LLAMA_8B[5:]]
+    assert main([*two_nodes, "--trials", "1", "--emit-sweep", str(sweep)]) == 0
+    run = (sweep / "trial-01" / "run.sh").read_text()
+    assert "run_recipe.py --recipe" in run and "--nnodes=$SLURM_NNODES" in run
+    assert "#SBATCH --nodes=2" in (sweep / "sweep.sbatch").read_text()
