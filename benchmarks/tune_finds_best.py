@@ -40,7 +40,9 @@ from service.tune.runner import TrialSpec, run_trial  # noqa: E402
 from service.tune.search import RECORD_ENV, TuneOptions, Tuner, timed_steps  # noqa: E402
 from service.tune.trials import candidate_config, dump, trial_config  # noqa: E402
 
-REQUESTS = {"tiny-llama": {}, "tiny-moe": {}, "tiny-llama-long": {"seq_length": 8192}}
+# tiny-llama-long at 8K takes 2 sequences a step (one per process): at the default 16, a step is ~40 s of these
+# 2 cores (attention grows with the square of the sequence) and the grid 3 h; at 2, a trial is under a minute.
+REQUESTS = {"tiny-llama": {}, "tiny-moe": {}, "tiny-llama-long": {"seq_length": 8192, "global_batch_size": 2}}
 
 
 def request_candidates(model: str, fields: dict):
@@ -114,15 +116,20 @@ def bench_request(model: str, fields: dict, args, runner: Callable, work: Path) 
     prepared, candidates = request_candidates(model, fields)
     print(f"{model}: grid of {len(candidates.trials[:args.grid_limit] if args.grid_limit else candidates.trials)}",
           file=sys.stderr, flush=True)
-    rows = grid(prepared, candidates, args.grid_limit, args.repeats, args.steps, args.warmup, runner,
-                work / model, args.trial_timeout)
+    if args.reuse_grid:  # the grid measured before (a --json output): run only the tune against it
+        done = next(r for r in json.loads(Path(args.reuse_grid).read_text()) if r["model"] == model)
+        rows = {label: {**row, "trials": []} for label, row in done["grid"].items()}
+    else:
+        rows = grid(prepared, candidates, args.grid_limit, args.repeats, args.steps, args.warmup, runner,
+                    work / model, args.trial_timeout)
     size = len(rows)
     options = TuneOptions(trials=max(size // 3, 1), steps=args.steps, warmup=args.warmup,
                           trial_timeout_s=args.trial_timeout, workdir=work / model / "tune")
     limited = Candidates(candidates.trials[:size], candidates.skipped)
     result = Tuner(prepared, limited, options, runner=runner).run()
     pick = result.best.candidate.label if result.best else None
-    return {"model": model, "seq_length": prepared.request.seq_length, "grid_trials": size * args.repeats,
+    return {"model": model, "seq_length": prepared.request.seq_length,
+            "tune_order": [r.candidate.label for r in result.results], "grid_trials": size * args.repeats,
             "grid_layouts": size, "tune_trials": len(result.results), "tune_stop": result.stop_reason,
             **verdict(rows, pick), "overhead": overhead(rows),
             "grid": {label: {"median": row["median"] and round(row["median"], 1), "spread": round(row["spread"], 3)}
@@ -153,6 +160,7 @@ def main(argv: Optional[list[str]] = None, runner: Callable = run_trial) -> list
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--trial-timeout", type=float, default=600.0)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--reuse-grid", help="a --json output of an earlier run: reuse its grid, run only the tune")
     parser.add_argument("--smoke", action="store_true", help="a fake trainer, tiny-llama, a grid of 6: seconds")
     args = parser.parse_args(argv)
     if args.smoke:

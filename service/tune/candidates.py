@@ -85,7 +85,7 @@ def layout_label(row: PlannedLayout, fast_paths: tuple = ()) -> str:
     return " ".join(parts)
 
 
-def _shape(row: PlannedLayout) -> tuple:
+def shape_of(row: PlannedLayout) -> tuple:
     s = row.structure
     return (s.tp, s.pp, s.vp_or_1, s.cp, s.ep, s.etp, s.sp)
 
@@ -125,10 +125,10 @@ def _variants(plan: Plan, shape_rows: list[PlannedLayout], compiled: Optional[bo
     """Micro batch, recompute, strategy and fast-path variants of the shapes' best rows."""
     request = plan.request
     out: list[Candidate] = []
-    shapes = {_shape(row) for row in shape_rows}
+    shapes = {shape_of(row) for row in shape_rows}
     firsts = {id(row) for row in shape_rows}
     for row in plan.fitting:
-        if _shape(row) in shapes and id(row) not in firsts:
+        if shape_of(row) in shapes and id(row) not in firsts:
             out.append(Candidate(row, MICRO_BATCH, f"micro batch {row.micro_batch_size} of shape "
                                                    f"{layout_label(row).rsplit(' mbs', 1)[0]}"))
     for row in shape_rows:
@@ -172,11 +172,11 @@ def select_candidates(plan: Plan, first: PlannedLayout, first_why: str, *,
     variant)."""
     skipped = _not_run(plan)
     trials = [Candidate(first, RECOMMENDED, first_why)]
-    seen_shapes = {_shape(first)}
+    seen_shapes = {shape_of(first)}
     shape_rows = [first]
     for rank, row in enumerate(plan.fitting, 1):
-        if _shape(row) not in seen_shapes:
-            seen_shapes.add(_shape(row))
+        if shape_of(row) not in seen_shapes:
+            seen_shapes.add(shape_of(row))
             shape_rows.append(row)
             trials.append(Candidate(row, SHAPE, f"planner rank {rank}, best of its parallel shape"))
     seen = {c.key for c in trials}

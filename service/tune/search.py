@@ -6,6 +6,11 @@ stopped and a repeated one answers from the store. Otherwise its trial config is
 run (``service.tune.runner``); the outcome is read from its exit code and log (``service.tune.outcome``) and the
 trial is stored, measured or not, before the next one starts.
 
+The order: the recommended layout and one layout per parallel shape first, as the candidates list them; then,
+trial by trial, the variant the estimate corrected by this tune's measurements puts fastest
+(``service.tune.order``), so the variants of the shape measured fastest are refined first, not those of the
+shape estimated fastest.
+
 Early stop (DeepSpeed Autotuning's rule, with a threshold): after ``patience`` variant trials in a row none of which
 beat the best measured so far by more than ``min_gain``, or when the budget is spent. The first pass, one trial per
 parallel shape, is not cut short.
@@ -31,6 +36,7 @@ from service.runs.ingest import prepared as prepared_record
 from service.runs.measure import percentile
 from service.runs.schema import RunRecord, config_hash
 from service.tune.candidates import RECOMMENDED, SHAPE, Candidate, Candidates
+from service.tune.order import next_variant
 from service.tune.outcome import Ending, classify
 from service.tune.runner import Runner, TrialRun, TrialSpec, run_trial
 from service.tune.trials import CandidateConfig, candidate_config, dump, trial_config
@@ -231,23 +237,30 @@ class Tuner:
         results: list[TrialResult] = []
         best: Optional[TrialResult] = None
         without_gain = 0
-        stop = f"all {min(opts.trials, len(self.candidates.trials))} trials done"
-        planned = self.candidates.trials[:opts.trials]
-        for index, candidate in enumerate(planned, 1):
+        total = min(opts.trials, len(self.candidates.trials))
+        stop = f"all {total} trials done"
+        first_pass = [c for c in self.candidates.trials if c.kind in (RECOMMENDED, SHAPE)]
+        variants = [c for c in self.candidates.trials if c.kind not in (RECOMMENDED, SHAPE)]
+        for index in range(1, total + 1):
+            if first_pass:
+                candidate = first_pass.pop(0)
+            else:
+                candidate = next_variant(variants, [(r.candidate, r.measured) for r in results if r.measured])
+                variants.remove(candidate)
             cfg = candidate_config(self.prepared, candidate)
             text = self._trial_text(cfg)
             stored = self._stored(text)
-            left, left_text = self._time_left(start, results, len(planned) - index + 1)
+            left, left_text = self._time_left(start, results, total - index + 1)
             if stored is not None:
                 result = self._from_store(index, cfg, stored)
-                self.progress(self._line(index, len(planned), cfg, best, left_text, "from the store:"))
+                self.progress(self._line(index, total, cfg, best, left_text, "from the store:"))
             elif cfg.errors:
                 result = self._refused(index, cfg, text)
             else:
                 if left is not None and left <= 0:
                     stop = f"budget of {opts.budget_s / 60:g} min spent after {index - 1} trials"
                     break
-                self.progress(self._line(index, len(planned), cfg, best, left_text, "running"))
+                self.progress(self._line(index, total, cfg, best, left_text, "running"))
                 timeout = opts.trial_timeout_s if left is None else min(opts.trial_timeout_s, left)
                 result = self._run(index, cfg, text, timeout)
             results.append(result)
@@ -259,7 +272,7 @@ class Tuner:
             # the estimate puts last can be the fastest, and the shapes are few; the stop refines among variants.
             coarse = result.candidate.kind in (RECOMMENDED, SHAPE)
             without_gain = 0 if gained or coarse else without_gain + 1
-            if without_gain >= opts.patience and index < len(planned):
+            if without_gain >= opts.patience and index < total:
                 stop = (f"stopped early: {opts.patience} trials in a row none faster than the best by more than "
                         f"{opts.min_gain:.0%}")
                 break

@@ -52,8 +52,9 @@ def test_it_stops_after_three_variants_none_beating_the_best_by_two_percent(tiny
     flat = FakeTrainer(lambda layout: 1000.0 + layout[2])  # within 1 % of each other
     result = Tuner(prepared, candidates, options(tmp_path, trials=10), runner=flat).run()
     # every parallel shape (3) is measured, then three variants do not beat the best by 2 %
-    assert [r.candidate.kind for r in result.results] == ["recommended", "shape", "shape", "strategy", "recompute",
-                                                          "micro batch"]
+    kinds = [r.candidate.kind for r in result.results]
+    assert kinds[:3] == ["recommended", "shape", "shape"]
+    assert len(kinds) == 6 and not {"recommended", "shape"} & set(kinds[3:])
     assert "stopped early" in result.stop_reason
 
 
